@@ -1,0 +1,48 @@
+# Atlas Jobs -- `make help` lists the targets. Every target sets itself up: a fresh
+# machine needs only python3 (3.11+) and make.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint format openapi clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Python 3.11+ is required (found $$($(PYTHON) --version))"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create the virtualenv and install the project with its dev tools
+
+run: $(STAMP) ## Migrate and serve the API + workers (embedded PostgreSQL unless DATABASE_URL)
+	$(BIN)/atlas-jobs migrate
+	$(BIN)/atlas-jobs serve
+
+test: lint ## Lint, then run the whole suite against a real PostgreSQL
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, OpenAPI drift
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+openapi: $(STAMP) ## Regenerate the committed OpenAPI spec from the app
+	$(BIN)/atlas-jobs openapi --output openapi/openapi.json
+
+clean: ## Stop the embedded database and remove local state (venv, data, caches)
+	-$(BIN)/atlas-jobs db stop
+	rm -rf $(VENV) .atlas .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,62 @@
+"""Alembic environment (async). The URL comes from ``sqlalchemy.url`` when a caller set
+it (the tests, ``atlas-jobs migrate``) or else from DATABASE_URL / the embedded server."""
+
+from __future__ import annotations
+
+import asyncio
+from logging.config import fileConfig
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from alembic import context
+from app.db.engine import resolve_database_url
+from app.db.schema import metadata
+from app.settings import Settings
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logging", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = metadata
+
+
+def _url() -> str:
+    return config.get_main_option("sqlalchemy.url") or resolve_database_url(Settings())
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        compare_server_default=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run_sync(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_server_default=True,
+        transaction_per_migration=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def run_migrations_online() -> None:
+    engine = create_async_engine(_url())
+    async with engine.connect() as connection:
+        await connection.run_sync(_run_sync)
+        await connection.commit()
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    asyncio.run(run_migrations_online())

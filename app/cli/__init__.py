@@ -1,0 +1,173 @@
+"""``atlas-jobs``: one console command for operating and using the service."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.cli.client import client_app, register_client_verbs
+from app.cli.keys import keys_app
+from app.settings import get_settings
+
+app = typer.Typer(
+    name="atlas-jobs",
+    help="Atlas Jobs: asynchronous request-reply jobs coordinated through PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+db_app = typer.Typer(help="The database in use (embedded unless DATABASE_URL is set).")
+app.add_typer(db_app, name="db")
+app.add_typer(keys_app, name="keys")
+app.add_typer(client_app, name="client", hidden=True)
+register_client_verbs(app)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    from app.db.engine import resolve_database_url
+
+    return resolve_database_url(get_settings())
+
+
+@db_app.command("url")
+def db_url(
+    libpq: Annotated[bool, typer.Option(help="Print a libpq URL (for psql).")] = False,
+) -> None:
+    """Print the database URL in use, starting the embedded server if needed."""
+    from app.db.engine import libpq_url
+
+    url = database_url()
+    typer.echo(libpq_url(url) if libpq else url)
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL server (no-op with DATABASE_URL)."""
+    from app.db import embedded
+
+    settings = get_settings()
+    if settings.database_url:
+        typer.echo("DATABASE_URL is set; nothing embedded to stop")
+        return
+    embedded.stop(settings.data_dir)
+
+
+@app.command()
+def migrate(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+) -> None:
+    """Apply database migrations (alembic upgrade)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "alembic"))
+    config.set_main_option("sqlalchemy.url", database_url().replace("%", "%%"))
+    command.upgrade(config, revision)
+    typer.echo(f"database migrated to {revision}")
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+) -> None:
+    """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
+    import uvicorn
+
+    from app.api.main import create_app
+    from app.logs import configure_logging
+
+    settings = get_settings()
+    configure_logging(settings)
+    os.environ["DATABASE_URL"] = database_url()
+    uvicorn.run(
+        create_app(),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
+    )
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 4,
+    worker_id: Annotated[str | None, typer.Option(help="Name shown in leases.")] = None,
+) -> None:
+    """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    from app.logs import configure_logging
+    from workers.pool import run_worker
+
+    settings = get_settings()
+    configure_logging(settings)
+    os.environ["DATABASE_URL"] = database_url()
+    run_worker(settings, concurrency=concurrency, worker_id=worker_id)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
+) -> None:
+    """Serve the API and a pool of worker processes together."""
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    command = [sys.executable, "-m", "app.cli"]
+    children = [
+        subprocess.Popen(  # noqa: S603 - our own entry point
+            [*command, "worker", "--concurrency", str(concurrency), "--worker-id", f"serve-{n}"],
+            env=env,
+        )
+        for n in range(workers)
+    ]
+    api_process = subprocess.Popen(  # noqa: S603
+        [*command, "api", "--host", host, "--port", str(port)], env=env
+    )
+    processes = [api_process, *children]
+
+    def forward(signum: int, _frame: object) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    exit_code = api_process.wait()
+    forward(signal.SIGTERM, None)
+    for child in children:
+        child.wait()
+    raise typer.Exit(exit_code)
+
+
+@app.command()
+def openapi(
+    output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+) -> None:
+    """Print (or write) the OpenAPI document generated from the app."""
+    from app.api.openapi_doc import render_openapi
+
+    text = render_openapi()
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+        typer.echo(f"wrote {output}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Which database to use, and the async engine for it."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.settings import Settings
+
+
+def normalize_url(url: str) -> str:
+    """Accept the usual ``postgres://``/``postgresql://`` spellings; use asyncpg."""
+    parsed = make_url(url)
+    if parsed.drivername in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    if parsed.drivername != "postgresql+asyncpg":
+        raise ValueError(f"unsupported database driver {parsed.drivername!r}; use PostgreSQL")
+    return parsed.render_as_string(hide_password=False)
+
+
+def resolve_database_url(settings: Settings, *, start_embedded: bool = True) -> str:
+    """``DATABASE_URL`` when set, otherwise the embedded server (started if needed)."""
+    if settings.database_url:
+        return normalize_url(settings.database_url)
+    if not start_embedded:
+        raise RuntimeError("DATABASE_URL is unset and the embedded server may not be started")
+    from app.db import embedded
+
+    return embedded.ensure_running(settings.data_dir).url()
+
+
+def libpq_url(url: str) -> str:
+    """The same URL for libpq tools and raw asyncpg (no SQLAlchemy driver suffix)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def create_engine(url: str, *, pool_size: int = 10, application_name: str = "atlas") -> AsyncEngine:
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"server_settings": {"application_name": application_name}},
+    )

@@ -1,0 +1,277 @@
+"""The declared schema. Alembic migrations must produce exactly this (``alembic check``).
+
+CHECK constraints are generated from :mod:`app.lifecycle`, so the database refuses any
+value or combination the lifecycle does not allow, even from a buggy writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+
+from app.lifecycle import (
+    ALL_ATTEMPT_OUTCOMES,
+    ALL_DELIVERY_STATES,
+    ALL_STATES,
+    STATE_REASONS,
+    TERMINAL_STATES,
+    DeliveryState,
+    JobState,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """A SQL literal list of constant vocabulary values (never user input)."""
+    return ", ".join(f"'{v}'" for v in sorted(values))
+
+
+TERMINAL_SQL = sql_list(TERMINAL_STATES)
+
+
+def _state_reason_check() -> str:
+    arms = [
+        f"(state = '{state}' AND reason IN ({sql_list(reasons)}))"
+        for state, reasons in sorted(STATE_REASONS.items())
+    ]
+    return " OR ".join(arms)
+
+
+TZ = DateTime(timezone=True)
+NOW = text("now()")
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", UUID(as_uuid=True), server_default=text("gen_random_uuid()"), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("kind_version", Integer, nullable=False),
+    Column("input", JSONB, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("version", BigInteger, nullable=False, server_default=text("1")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("finished_at", TZ),
+    Column("available_at", TZ, nullable=False, server_default=NOW),
+    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    Column("charged_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("max_elapsed_seconds", Integer, nullable=False),
+    Column("budget_started_at", TZ, nullable=False, server_default=NOW),
+    Column("current_attempt_id", UUID(as_uuid=True)),
+    Column("worker_id", Text),
+    Column("lease_expires_at", TZ),
+    Column("heartbeat_at", TZ),
+    Column("last_error", JSONB),
+    Column("error", JSONB),
+    Column("cancel", JSONB),
+    Column("wait_deadline_at", TZ),
+    Column("wait_on_deadline", Text),
+    Column("plan_revision", Integer, nullable=False, server_default=text("0")),
+    Column("current_stage", Text),
+    Column("delivery_state", Text, nullable=False, server_default=text("'none'")),
+    Column("delivery_expires_at", TZ),
+    Column("result_ref", JSONB),
+    Column("replay_of", UUID(as_uuid=True), ForeignKey("jobs.id")),
+    Column("request_id", Text),
+    Column("idempotency_key", Text),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(f"state IN ({sql_list(ALL_STATES)})", name="state_known"),
+    CheckConstraint(_state_reason_check(), name="reason_matches_state"),
+    CheckConstraint(
+        f"delivery_state IN ({sql_list(ALL_DELIVERY_STATES)})", name="delivery_state_known"
+    ),
+    CheckConstraint(
+        f"(state IN ({TERMINAL_SQL})) = (finished_at IS NOT NULL)",
+        name="terminal_iff_finished",
+    ),
+    CheckConstraint(
+        f"delivery_state NOT IN ('{DeliveryState.AVAILABLE}', '{DeliveryState.EXPIRED}') "
+        f"OR (state = '{JobState.SUCCEEDED}' AND result_ref IS NOT NULL)",
+        name="published_only_when_succeeded",
+    ),
+    CheckConstraint(
+        f"delivery_state <> '{DeliveryState.BLOCKED}' "
+        f"OR state IN ('{JobState.FAILED}', '{JobState.CANCELED}')",
+        name="blocked_only_when_abandoned",
+    ),
+    CheckConstraint(
+        f"state <> '{JobState.SUCCEEDED}' "
+        f"OR delivery_state IN ('{DeliveryState.AVAILABLE}', '{DeliveryState.EXPIRED}')",
+        name="succeeded_has_published",
+    ),
+    CheckConstraint(
+        f"(state IN ('{JobState.RUNNING}', '{JobState.CANCEL_REQUESTED}')) "
+        "= (current_attempt_id IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        name="lease_iff_active",
+    ),
+    CheckConstraint(
+        f"state <> '{JobState.WAITING}' OR "
+        "(wait_deadline_at IS NOT NULL AND wait_on_deadline IN ('fail', 'escalate'))",
+        name="waiting_has_deadline",
+    ),
+    CheckConstraint(f"state <> '{JobState.FAILED}' OR error IS NOT NULL", name="failed_has_error"),
+    CheckConstraint(
+        "attempt >= 0 AND charged_attempts >= 0 AND max_attempts >= 1 AND plan_revision >= 0",
+        name="counters_nonnegative",
+    ),
+)
+
+# The claim query walks this index in order and stops after LIMIT rows: only queued
+# jobs are in it, so it stays small however many finished jobs the table holds.
+Index(
+    "ix_jobs_claimable",
+    jobs.c.available_at,
+    jobs.c.seq,
+    postgresql_where=jobs.c.state == JobState.QUEUED.value,
+)
+# The reaper finds expired leases without scanning finished work.
+Index(
+    "ix_jobs_lease_expiry",
+    jobs.c.lease_expires_at,
+    postgresql_where=jobs.c.state.in_([JobState.RUNNING.value, JobState.CANCEL_REQUESTED.value]),
+)
+# Status listings: the caller's jobs, newest first, cursor on seq.
+Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq.desc())
+# The retention sweeper finds results to expire.
+Index(
+    "ix_jobs_delivery_expiry",
+    jobs.c.delivery_expires_at,
+    postgresql_where=jobs.c.delivery_state == DeliveryState.AVAILABLE.value,
+)
+Index(
+    "ix_jobs_wait_deadline",
+    jobs.c.wait_deadline_at,
+    postgresql_where=jobs.c.state == JobState.WAITING.value,
+)
+Index("ix_jobs_replay_of", jobs.c.replay_of)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    Column("claimed_at", TZ, nullable=False, server_default=NOW),
+    Column("lease_expires_at", TZ, nullable=False),
+    Column("heartbeat_at", TZ),
+    Column("ended_at", TZ),
+    Column("outcome", Text, nullable=False, server_default=text("'running'")),
+    Column("charged", Integer, nullable=False, server_default=text("1")),
+    Column("error", JSONB),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("job_id", "number"),
+    CheckConstraint(f"outcome IN ({sql_list(ALL_ATTEMPT_OUTCOMES)})", name="outcome_known"),
+    CheckConstraint("(outcome = 'running') = (ended_at IS NULL)", name="ended_iff_not_running"),
+)
+
+job_history = Table(
+    "job_history",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("transition", Text, nullable=False),
+    Column("from_state", Text),
+    Column("to_state", Text, nullable=False),
+    Column("reason", Text),
+    Column("actor", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True)),
+    Column("event_id", Text),
+    Column("note", Text),
+    Column("data", JSONB),
+    PrimaryKeyConstraint("seq"),
+    CheckConstraint(
+        f"from_state IS NULL OR from_state IN ({sql_list(ALL_STATES)})", name="from_known"
+    ),
+    CheckConstraint(f"to_state IN ({sql_list(ALL_STATES)})", name="to_known"),
+)
+Index("ix_job_history_job_id_seq", job_history.c.job_id, job_history.c.seq)
+
+job_stages = Table(
+    "job_stages",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("unit", Text, nullable=False),
+    Column("done", Integer, nullable=False, server_default=text("0")),
+    Column("total", Integer, nullable=False),
+    Column("plan_revision", Integer, nullable=False, server_default=text("1")),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("job_id", "name"),
+    CheckConstraint("done >= 0 AND total >= 0 AND done <= total", name="done_within_total"),
+)
+
+job_checkpoints = Table(
+    "job_checkpoints",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("stage", Text, nullable=False),
+    Column("unit_name", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("data", JSONB),
+    PrimaryKeyConstraint("job_id", "stage", "unit_name"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("owner", "key"),
+)
+Index("ix_idempotency_keys_job_id", idempotency_keys.c.job_id)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", UUID(as_uuid=True), server_default=text("gen_random_uuid()"), nullable=False),
+    Column("key_hash", Text, nullable=False),
+    Column("prefix", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("roles", ARRAY(Text), nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("revoked_at", TZ),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("key_hash"),
+    CheckConstraint(
+        "roles <@ ARRAY['client', 'reviewer', 'operator']::text[] AND cardinality(roles) >= 1",
+        name="roles_known",
+    ),
+)

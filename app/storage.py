@@ -1,0 +1,144 @@
+"""Result storage behind a small interface (filesystem now; object storage later).
+
+Layout under ``ATLAS_DATA_DIR/results``::
+
+    staging/<job_id>/          private: partial and staged outputs, never served
+    published/<owner>/<job_id>/ owner-retrievable after the publication commit
+
+Publication is an atomic ``rename`` of the staging directory into the owner's area,
+done while the publishing transaction holds the job row lock. If that transaction
+then fails to commit, the job is not ``available`` and nothing serves the files; the
+next attempt's publication replaces them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+
+
+class StorageError(Exception):
+    """A storage operation could not be completed."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    name: str
+    size: int
+    sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+
+
+def safe_name(name: str) -> str:
+    """A file name with no path parts; anything else is refused."""
+    if not _SAFE_NAME.fullmatch(name) or name in {".", ".."}:
+        raise StorageError(f"unsafe file name {name!r}")
+    return name
+
+
+def _owner_dir_name(owner: str) -> str:
+    if _SAFE_OWNER.fullmatch(owner):
+        return owner
+    return "h-" + hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
+class ResultStore(Protocol):
+    def write_staged(self, job_id: uuid.UUID, name: str, data: bytes) -> StoredFile: ...
+    def staged_files(self, job_id: uuid.UUID) -> list[StoredFile]: ...
+    def has_staged(self, job_id: uuid.UUID, name: str) -> bool: ...
+    def read_staged(self, job_id: uuid.UUID, name: str) -> bytes: ...
+    def publish(self, owner: str, job_id: uuid.UUID) -> list[StoredFile]: ...
+    def published_path(self, owner: str, job_id: uuid.UUID, name: str) -> Path | None: ...
+    def remove_published(self, owner: str, job_id: uuid.UUID) -> None: ...
+    def remove_staging(self, job_id: uuid.UUID) -> None: ...
+
+
+class FilesystemStore:
+    """:class:`ResultStore` on a local (or shared) filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._staging = root / "staging"
+        self._published = root / "published"
+
+    def _staging_dir(self, job_id: uuid.UUID) -> Path:
+        return self._staging / str(job_id)
+
+    def _published_dir(self, owner: str, job_id: uuid.UUID) -> Path:
+        return self._published / _owner_dir_name(owner) / str(job_id)
+
+    def write_staged(self, job_id: uuid.UUID, name: str, data: bytes) -> StoredFile:
+        """Write one private output atomically (temp file + rename; a crash leaves
+        either the old file or the new one, never a torn one)."""
+        directory = self._staging_dir(job_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / safe_name(name)
+        temporary = directory / f".{name}.{uuid.uuid4().hex}.tmp"
+        with temporary.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(target)
+        return StoredFile(name, len(data), hashlib.sha256(data).hexdigest())
+
+    def has_staged(self, job_id: uuid.UUID, name: str) -> bool:
+        return (self._staging_dir(job_id) / safe_name(name)).is_file()
+
+    def read_staged(self, job_id: uuid.UUID, name: str) -> bytes:
+        return (self._staging_dir(job_id) / safe_name(name)).read_bytes()
+
+    def staged_files(self, job_id: uuid.UUID) -> list[StoredFile]:
+        directory = self._staging_dir(job_id)
+        if not directory.is_dir():
+            return []
+        return [_describe(path) for path in sorted(_visible_files(directory))]
+
+    def publish(self, owner: str, job_id: uuid.UUID) -> list[StoredFile]:
+        source = self._staging_dir(job_id)
+        target = self._published_dir(owner, job_id)
+        if not source.is_dir():
+            if target.is_dir():  # an earlier publication moved it; its commit failed
+                return [_describe(p) for p in sorted(_visible_files(target))]
+            raise StorageError(f"nothing staged for job {job_id}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            shutil.rmtree(target)
+        source.rename(target)
+        return [_describe(path) for path in sorted(_visible_files(target))]
+
+    def published_path(self, owner: str, job_id: uuid.UUID, name: str) -> Path | None:
+        try:
+            path = self._published_dir(owner, job_id) / safe_name(name)
+        except StorageError:
+            return None
+        return path if path.is_file() else None
+
+    def remove_published(self, owner: str, job_id: uuid.UUID) -> None:
+        shutil.rmtree(self._published_dir(owner, job_id), ignore_errors=True)
+
+    def remove_staging(self, job_id: uuid.UUID) -> None:
+        shutil.rmtree(self._staging_dir(job_id), ignore_errors=True)
+
+
+def _visible_files(directory: Path) -> Iterator[Path]:
+    return (p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def _describe(path: Path) -> StoredFile:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return StoredFile(path.name, path.stat().st_size, digest.hexdigest())

@@ -1,0 +1,75 @@
+"""Fixtures: a real PostgreSQL (embedded unless DATABASE_URL is set), a migrated
+template database, and a fresh database per test cloned from it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.clock import Clock
+from app.db.engine import create_engine
+from app.transitions import Transitions
+from tests.support import REPO, Server, alembic, server_from_environment
+from tests.factory import JobFactory
+
+TEST_DATA_DIR = Path(os.environ.get("ATLAS_TEST_DATA_DIR", REPO / ".atlas" / "test"))
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    server, started = server_from_environment(TEST_DATA_DIR)
+    yield server
+    if started and not os.environ.get("ATLAS_KEEP_TEST_DB"):
+        from app.db import embedded
+
+        embedded.stop(TEST_DATA_DIR)
+
+
+@pytest.fixture(scope="session")
+async def template_database(pg_server: Server) -> AsyncIterator[str]:
+    """A database migrated to head, cloned (``CREATE DATABASE ... TEMPLATE``) per test."""
+    name = f"atlas_template_{uuid.uuid4().hex[:8]}"
+    url = await pg_server.create_database(name)
+    await alembic(url, "upgrade", "head")
+    yield name
+    await pg_server.drop_database(name)
+
+
+@pytest.fixture
+async def database_url(pg_server: Server, template_database: str) -> AsyncIterator[str]:
+    async with pg_server.scratch_database(template_database) as url:
+        yield url
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url, pool_size=5)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def transitions(clock: Clock) -> Transitions:
+    return Transitions(clock, lease_seconds=30)
+
+
+@pytest.fixture
+def jobs(engine: AsyncEngine, transitions: Transitions) -> JobFactory:
+    return JobFactory(engine, transitions)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "atlas-data"
+    path.mkdir()
+    return path

@@ -1,0 +1,1 @@
+"""The worker pool: claims jobs through PostgreSQL and runs them to completion."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from alembic import context
 from app.db.engine import resolve_database_url
 from app.db.schema import metadata
 from app.settings import Settings

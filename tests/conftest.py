@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.clock import Clock
 from app.db.engine import create_engine
 from app.transitions import Transitions
-from tests.support import REPO, Server, alembic, server_from_environment
 from tests.factory import JobFactory
+from tests.support import REPO, Server, alembic, server_from_environment
 
 TEST_DATA_DIR = Path(os.environ.get("ATLAS_TEST_DATA_DIR", REPO / ".atlas" / "test"))
 

@@ -8,9 +8,8 @@ Create Date: 2026-11-29 09:16:44.275962+00:00
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "f6248ed09853"
 down_revision: str | None = None

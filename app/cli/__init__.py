@@ -30,6 +30,14 @@ register_client_verbs(app)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def alembic_root() -> Path:
+    """Where alembic.ini lives: the source checkout, else the working directory."""
+    for candidate in (REPO_ROOT, Path.cwd()):
+        if (candidate / "alembic.ini").is_file():
+            return candidate
+    raise typer.BadParameter("alembic.ini not found; run from the Atlas Jobs checkout")
+
+
 def database_url() -> str:
     from app.db.engine import resolve_database_url
 
@@ -67,8 +75,9 @@ def migrate(
     from alembic import command
     from alembic.config import Config
 
-    config = Config(str(REPO_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(REPO_ROOT / "alembic"))
+    root = alembic_root()
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "alembic"))
     config.set_main_option("sqlalchemy.url", database_url().replace("%", "%%"))
     command.upgrade(config, revision)
     typer.echo(f"database migrated to {revision}")

@@ -63,6 +63,7 @@ class ResultStore(Protocol):
     def published_path(self, owner: str, job_id: uuid.UUID, name: str) -> Path | None: ...
     def remove_published(self, owner: str, job_id: uuid.UUID) -> None: ...
     def remove_staging(self, job_id: uuid.UUID) -> None: ...
+    def staged_job_ids(self) -> list[uuid.UUID]: ...
 
 
 class FilesystemStore:
@@ -130,6 +131,19 @@ class FilesystemStore:
 
     def remove_staging(self, job_id: uuid.UUID) -> None:
         shutil.rmtree(self._staging_dir(job_id), ignore_errors=True)
+
+    def staged_job_ids(self) -> list[uuid.UUID]:
+        """Jobs with a private staging area on disk (the sweeper removes those whose
+        job is finished: blocked outputs, leftovers of a stale attempt)."""
+        if not self._staging.is_dir():
+            return []
+        found = []
+        for entry in self._staging.iterdir():
+            try:
+                found.append(uuid.UUID(entry.name))
+            except ValueError:
+                continue
+        return found
 
 
 def _visible_files(directory: Path) -> Iterator[Path]:

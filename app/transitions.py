@@ -302,9 +302,7 @@ class Transitions:
                 actor=str(actor),
                 event_id=new.request_id,
                 note=note,
-                data={"idempotency_key": new.idempotency_key, "replay_of": str(new.replay_of)}
-                if new.idempotency_key or new.replay_of
-                else None,
+                data=_creation_data(new),
             )
         )
         return Applied(name, None, JobState.QUEUED, row)
@@ -372,6 +370,68 @@ class Transitions:
             .values(lease_expires_at=row.lease_expires_at, heartbeat_at=now)
         )
         return JobState(row.state)
+
+    async def heartbeat_many(
+        self, conn: AsyncConnection, held: Sequence[tuple[uuid.UUID, uuid.UUID]]
+    ) -> dict[uuid.UUID, JobState | None]:
+        """Extend the leases of many ``(job_id, attempt_id)`` pairs in one statement.
+
+        Per job: its state when the lease was extended (a cancel request shows here),
+        ``None`` when the lease is lost (the worker must stop). A job absent from the
+        answer was locked by another transaction (a publication, a cancel): still held,
+        try again on the next beat."""
+        from app.db.queries import HEARTBEAT_MANY, LEASE_STATUS
+
+        if not held:
+            return {}
+        offset = self.clock.offset.total_seconds()
+        beat = await conn.execute(
+            HEARTBEAT_MANY,
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "attempt_ids": [attempt_id for _, attempt_id in held],
+                "lease_seconds": self.lease_seconds,
+                "offset_seconds": offset,
+            },
+        )
+        states: dict[uuid.UUID, JobState | None] = {r.id: JobState(r.state) for r in beat}
+        missing = {job_id: attempt_id for job_id, attempt_id in held if job_id not in states}
+        if missing:
+            status = await conn.execute(
+                LEASE_STATUS, {"job_ids": list(missing), "offset_seconds": offset}
+            )
+            seen = set()
+            for row in status:
+                seen.add(row.id)
+                still_held = (
+                    row.current_attempt_id == missing[row.id]
+                    and row.lease_live
+                    and JobState(row.state) in ACTIVE_STATES
+                )
+                if not still_held:
+                    states[row.id] = None
+            states.update({job_id: None for job_id in missing if job_id not in seen})
+        return states
+
+    async def _check_fence(
+        self, conn: AsyncConnection, name: str, job_id: uuid.UUID, attempt_id: uuid.UUID
+    ) -> Outcome:
+        """A fenced no-op: Applied (nothing written) while ``attempt_id`` holds a live
+        lease on the job, Rejected otherwise."""
+        row = (
+            await conn.execute(
+                select(jobs).where(
+                    jobs.c.id == job_id,
+                    jobs.c.current_attempt_id == attempt_id,
+                    jobs.c.state.in_([s.value for s in ACTIVE_STATES]),
+                    jobs.c.lease_expires_at > self.clock.now(),
+                )
+            )
+        ).first()
+        if row is None:
+            return Rejected(name, RejectReason.STALE_ATTEMPT)
+        state = JobState(row.state)
+        return Applied(name, state, state, row)
 
     async def _fenced_touch(
         self,
@@ -515,10 +575,9 @@ class Transitions:
             )
         ).first()
         if current is not None and current.total >= new_total:
-            # Already expanded (a retried attempt rediscovers the same units).
-            return await self._fenced_touch(
-                conn, "expand_plan", job_id, attempt_id, actor=actor, values={}
-            )
+            # Already expanded (a retried attempt rediscovers the same units): nothing
+            # changes, so nothing is written and the version stays; only the fence is checked.
+            return await self._check_fence(conn, "expand_plan", job_id, attempt_id)
         outcome = await self._fenced_touch(
             conn,
             "expand_plan",
@@ -707,6 +766,37 @@ class Transitions:
             end_attempt=AttemptOutcome.SUCCEEDED,
         )
 
+    async def publish_many(
+        self,
+        conn: AsyncConnection,
+        held: Sequence[tuple[uuid.UUID, uuid.UUID]],
+        *,
+        result_ref: Mapping[str, Any],
+        ttl_seconds: float,
+        actor: Actor,
+    ) -> set[uuid.UUID]:
+        """:meth:`publish` for many ``(job_id, attempt_id)`` whose result has no files,
+        in one statement (history and attempts included). Returns the jobs published;
+        the others were no longer held by the given attempt (fenced out)."""
+        import json
+
+        from app.db.queries import PUBLISH_MANY
+
+        if not held:
+            return set()
+        rows = await conn.execute(
+            PUBLISH_MANY,
+            {
+                "job_ids": [job_id for job_id, _ in held],
+                "attempt_ids": [attempt_id for _, attempt_id in held],
+                "result_ref": json.dumps(dict(result_ref)),
+                "ttl_seconds": ttl_seconds,
+                "actor": str(actor),
+                "offset_seconds": self.clock.offset.total_seconds(),
+            },
+        )
+        return {row.id for row in rows}
+
     async def lock_for_publication(
         self, conn: AsyncConnection, job_id: uuid.UUID, attempt_id: uuid.UUID
     ) -> bool:
@@ -807,13 +897,15 @@ class Transitions:
         """Retention passed: delivery ``available`` -> ``expired``; state unchanged."""
         row = (
             await conn.execute(
-                select(jobs.c.delivery_state).where(jobs.c.id == job_id).with_for_update()
+                select(jobs.c.state, jobs.c.delivery_state)
+                .where(jobs.c.id == job_id)
+                .with_for_update()
             )
         ).first()
         if row is None:
             return Rejected("expire_result", RejectReason.NOT_FOUND)
         if row.delivery_state != DeliveryState.AVAILABLE.value:
-            return Rejected("expire_result", RejectReason.ILLEGAL, JobState.SUCCEEDED)
+            return Rejected("expire_result", RejectReason.ILLEGAL, JobState(row.state))
         return await self._move(
             conn,
             "expire_result",
@@ -838,6 +930,11 @@ class Transitions:
                     jobs.c.max_attempts,
                     jobs.c.current_attempt_id,
                     (jobs.c.lease_expires_at <= self.clock.now()).label("expired"),
+                    (
+                        jobs.c.budget_started_at
+                        + func.make_interval(0, 0, 0, 0, 0, 0, jobs.c.max_elapsed_seconds)
+                        <= self.clock.now()
+                    ).label("out_of_time"),
                 )
                 .where(jobs.c.id == job_id)
                 .with_for_update()
@@ -867,12 +964,12 @@ class Transitions:
                 reason=Reason.CANCELED,
                 **common,
             )
-        if row.charged_attempts >= row.max_attempts:
+        if row.charged_attempts >= row.max_attempts or row.out_of_time:
             return await self._move(
                 conn,
                 "rescue_exhausted",
                 job_id,
-                reason=Reason.LEASE_LOST,
+                reason=Reason.TIME_EXHAUSTED if row.out_of_time else Reason.LEASE_LOST,
                 values={"last_error": error},
                 **common,
             )
@@ -963,6 +1060,17 @@ class Transitions:
             values={"error": error},
             note=note,
         )
+
+
+def _creation_data(new: NewJob) -> dict[str, Any] | None:
+    """The identities a creation carries besides the request id; absent ones are left
+    out (never written as the string ``"None"``)."""
+    data: dict[str, Any] = {}
+    if new.idempotency_key is not None:
+        data["idempotency_key"] = new.idempotency_key
+    if new.replay_of is not None:
+        data["replay_of"] = str(new.replay_of)
+    return data or None
 
 
 def _default_reason(target: JobState) -> Reason:

@@ -88,12 +88,100 @@ SELECT id, owner
    FOR UPDATE SKIP LOCKED
 """)
 
-# blocked_outputs: private outputs of failed or canceled jobs still on disk.
-BLOCKED_OUTPUTS = text("""
-SELECT id, owner
+# heartbeat_many: extend the leases of every attempt one worker holds, in one statement.
+#
+# * Fenced: a row matches only while the caller's attempt id is current and its lease
+#   is live, so a stale worker extends nothing (and learns it from lease_status).
+# * SKIP LOCKED: a row locked by a publication or a cancel in flight is skipped this
+#   round, so a heartbeat never waits behind them; its lease is still live and the next
+#   beat extends it. ORDER BY id keeps the lock order fixed across workers.
+# * Heartbeats do not bump ``version``: they are not a visible change of the job.
+HEARTBEAT_MANY = text(f"""
+WITH wanted AS (
+    SELECT w.job_id, w.attempt_id
+      FROM unnest(CAST(:job_ids AS uuid[]), CAST(:attempt_ids AS uuid[]))
+           AS w(job_id, attempt_id)
+), locked AS (
+    SELECT j.id
+      FROM jobs AS j
+      JOIN wanted AS w ON j.id = w.job_id AND j.current_attempt_id = w.attempt_id
+     WHERE j.state IN ('{_R}', '{_CR}')
+       AND j.lease_expires_at > {_NOW}
+     ORDER BY j.id
+       FOR UPDATE OF j SKIP LOCKED
+), beat AS (
+    UPDATE jobs AS j
+       SET lease_expires_at = {_NOW} + make_interval(secs => :lease_seconds),
+           heartbeat_at = {_NOW}
+      FROM locked
+     WHERE j.id = locked.id
+ RETURNING j.id, j.state, j.current_attempt_id, j.lease_expires_at, j.heartbeat_at
+), extended AS (
+    UPDATE attempts AS a
+       SET lease_expires_at = beat.lease_expires_at,
+           heartbeat_at = beat.heartbeat_at
+      FROM beat
+     WHERE a.id = beat.current_attempt_id
+)
+SELECT id, state FROM beat
+""")
+
+# lease_status: without locking, whether attempts still hold their jobs (used for the
+# rows heartbeat_many skipped: a held row is merely locked, anything else is lost).
+LEASE_STATUS = text(f"""
+SELECT id, state, current_attempt_id, (lease_expires_at > {_NOW}) AS lease_live
   FROM jobs
- WHERE delivery_state = 'blocked'
-   AND finished_at <= now()
- ORDER BY finished_at
- LIMIT :limit
+ WHERE id = ANY(CAST(:job_ids AS uuid[]))
+""")
+
+# publish_many: the batched twin of Transitions.publish for results without files (the
+# no-op kind): succeeded + available for many attempts in ONE statement, with their
+# attempts ended and their history rows written -- a group commit of completions.
+#
+# * Fenced like publish: only rows still held by the given attempt with a live lease.
+# * FOR UPDATE (not SKIP LOCKED), ORDER BY id: a concurrent cancel on one of the rows is
+#   waited for, in a fixed lock order, and then loses (cancel_requested -> succeeded is
+#   the "publication won" move); rows that no longer match are left out of RETURNING.
+PUBLISH_MANY = text(f"""
+WITH done AS (
+    SELECT d.job_id, d.attempt_id
+      FROM unnest(CAST(:job_ids AS uuid[]), CAST(:attempt_ids AS uuid[]))
+           AS d(job_id, attempt_id)
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS attempt_id
+      FROM jobs AS j
+      JOIN done AS d ON j.id = d.job_id AND j.current_attempt_id = d.attempt_id
+     WHERE j.state IN ('{_R}', '{_CR}')
+       AND j.lease_expires_at > {_NOW}
+     ORDER BY j.id
+       FOR UPDATE OF j
+), published AS (
+    UPDATE jobs AS j
+       SET state = '{JobState.SUCCEEDED.value}',
+           reason = '{Reason.PUBLISHED.value}',
+           delivery_state = 'available',
+           result_ref = CAST(:result_ref AS jsonb),
+           delivery_expires_at = {_NOW} + make_interval(secs => :ttl_seconds),
+           finished_at = {_NOW},
+           updated_at = {_NOW},
+           version = j.version + 1,
+           current_attempt_id = NULL,
+           lease_expires_at = NULL,
+           worker_id = NULL
+      FROM locked
+     WHERE j.id = locked.id
+ RETURNING j.id, locked.from_state, locked.attempt_id, j.updated_at
+), ended AS (
+    UPDATE attempts AS a
+       SET outcome = '{AttemptOutcome.SUCCEEDED.value}', ended_at = published.updated_at
+      FROM published
+     WHERE a.id = published.attempt_id
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id)
+    SELECT id, updated_at, 'publish', from_state, '{JobState.SUCCEEDED.value}',
+           '{Reason.PUBLISHED.value}', :actor, attempt_id
+      FROM published
+)
+SELECT id FROM published
 """)

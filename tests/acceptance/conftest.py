@@ -1,0 +1,116 @@
+"""The whole service as a user meets it: a live API process and real worker processes
+on one fresh database, driven only over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.apikeys import Role, create_key
+from tests.api.support import free_port
+from tests.support import REPO
+from tests.workers.procs import Fleet, WorkerSettings
+
+
+@dataclass
+class Service:
+    url: str
+    key: str
+    fleet: Fleet
+    api: subprocess.Popen[bytes]
+    api_log: Path
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=self.auth, timeout=30)
+
+    def logs(self) -> str:
+        return self.api_log.read_text(errors="replace") + "\n" + self.fleet.logs()
+
+
+@contextmanager
+def _api_process(
+    env: dict[str, str], log_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"API exited early:\n{log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("API did not become ready")
+            time.sleep(0.1)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+ServiceFactory = Callable[..., Service]
+SECRET = "acceptance-signing-secret"
+
+SEED_SETTINGS = WorkerSettings(
+    lease_seconds=5.0,
+    reaper_interval_seconds=0.5,
+    poll_interval_seconds=0.5,
+    sweeper_interval_seconds=0.5,
+    bundle_time_scale=0.1,
+    shutdown_grace_seconds=5.0,
+    result_ttl_seconds=3600.0,
+)
+
+
+@pytest.fixture
+async def service(
+    database_url: str, data_dir: Path, engine: AsyncEngine, tmp_path: Path
+) -> AsyncIterator[ServiceFactory]:
+    """Start the API and one worker process, with worker-setting overrides per test."""
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="alice", roles=[Role.CLIENT])
+    with ExitStack() as stack:
+
+        def start(**overrides: float) -> Service:
+            settings = replace(SEED_SETTINGS, **overrides)
+            fleet = Fleet(database_url, data_dir, settings, {"ATLAS_SIGNING_SECRET": SECRET})
+            stack.callback(fleet.close)
+            log_path = tmp_path / "api.log"
+            url, process = stack.enter_context(_api_process(fleet.env(), log_path))
+            fleet.start("seed-worker", concurrency=2)
+            return Service(url, key, fleet, process, log_path)
+
+        yield start

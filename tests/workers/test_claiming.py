@@ -1,0 +1,134 @@
+"""Claiming: many processes, one database -- each job runs once per attempt, and the
+claim query walks the partial index however many jobs are queued."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.queries import CLAIM
+from app.db.schema import attempts, job_history, jobs
+from app.kinds import handler_key
+from app.lifecycle import JobState
+from tests.workers.conftest import MakeFleet
+from tests.workers.dbwait import eventually, wait_all_terminal
+
+BULK_QUEUED = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds)
+SELECT 'bulk', :kind, 1, '{}'::jsonb, 'queued', 'new', 3, 600
+  FROM generate_series(1, :n)
+""")
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(_plan_nodes(child))
+    return nodes
+
+
+async def test_claim_query_uses_the_partial_index_with_50000_queued_jobs(
+    engine: AsyncEngine,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 50_000})
+        await conn.execute(text("ANALYZE jobs"))
+    async with engine.connect() as conn:
+        explained = (
+            await conn.execute(
+                text("EXPLAIN (FORMAT JSON) " + CLAIM.text),
+                {
+                    "worker_id": "w-explain",
+                    "actor": "worker:w-explain",
+                    "handlers": [handler_key("atlas.noop", 1)],
+                    "limit": 10,
+                    "lease_seconds": 30.0,
+                    "offset_seconds": 0.0,
+                },
+            )
+        ).scalar_one()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    nodes = _plan_nodes(plan)
+    scans_of_jobs = [n for n in nodes if n.get("Relation Name") == "jobs"]
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
+    assert any(n.get("Index Name") == "ix_jobs_claimable" for n in scans_of_jobs), nodes
+
+
+@pytest.mark.slow
+async def test_four_processes_run_2000_noop_jobs_each_exactly_once(
+    engine: AsyncEngine, make_fleet: MakeFleet
+) -> None:
+    fleet = make_fleet(lease_seconds=10.0, poll_interval_seconds=0.5)
+    names = [f"w{n}" for n in range(4)]
+    for name in names:
+        fleet.start(name, concurrency=8)
+
+    async def listeners() -> int:
+        async with engine.connect() as conn:
+            return int(
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE application_name = 'atlas-listener' "
+                            "AND datname = current_database()"
+                        )
+                    )
+                ).scalar_one()
+            )
+
+    await eventually(listeners, lambda n: n == 4, timeout=60, what="4 listening workers")
+    async with engine.begin() as conn:
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 2000})
+
+    counts = await wait_all_terminal(engine, timeout=180)
+    assert counts == {JobState.SUCCEEDED.value: 2000}, fleet.logs()
+
+    async with engine.connect() as conn:
+        published = _pairs(
+            await conn.execute(
+                select(job_history.c.job_id, func.count())
+                .where(job_history.c.transition == "publish")
+                .group_by(job_history.c.job_id)
+            )
+        )
+        tries = (
+            await conn.execute(
+                select(
+                    attempts.c.job_id,
+                    attempts.c.number,
+                    attempts.c.worker_id,
+                    attempts.c.outcome,
+                    attempts.c.claimed_at,
+                    attempts.c.ended_at,
+                ).order_by(attempts.c.job_id, attempts.c.number)
+            )
+        ).all()
+        finished = (await conn.execute(select(func.count()).select_from(jobs))).scalar_one()
+    assert finished == 2000
+    assert len(published) == 2000
+    assert set(published.values()) == {1}
+
+    by_job: dict[Any, list[Any]] = defaultdict(list)
+    for attempt in tries:
+        by_job[attempt.job_id].append(attempt)
+    assert len(by_job) == 2000
+    for job_attempts in by_job.values():
+        assert [a.outcome for a in job_attempts].count("succeeded") == 1
+        for earlier, later in itertools.pairwise(job_attempts):
+            assert earlier.ended_at is not None
+            assert earlier.ended_at <= later.claimed_at  # attempts never overlap
+    workers_used = {a.worker_id for a in tries}
+    assert workers_used <= set(names)
+    assert len(workers_used) >= 2, "the work was shared between processes"
+
+
+def _pairs(rows: Any) -> dict[Any, int]:
+    return {key: count for key, count in rows}

@@ -1,0 +1,257 @@
+"""What job code sees: :class:`JobContext`, the only door from a handler to the database.
+
+Every write a handler makes goes through a fenced transition (attempt id + live lease).
+A write that matches no row means the lease is gone: the context marks itself lost and
+raises :class:`~workers.errors.LeaseLost`, and from then on writes nothing.
+
+Database writes are shielded from task cancellation: when the pool cancels a job task
+(lease lost, shutdown past its grace period) a statement already sent completes or rolls
+back on its own instead of leaving a connection mid-protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy import Row, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db.schema import job_checkpoints
+from app.lifecycle import DeliveryState, JobState
+from app.settings import Settings
+from app.storage import ResultStore, StoredFile
+from app.transitions import Actor, Applied, Outcome, Transitions
+from workers.errors import CancelStop, LeaseLost, ReleaseStop
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """The facts of one claimed attempt, taken from the claim's ``RETURNING`` row."""
+
+    job_id: uuid.UUID
+    attempt_id: uuid.UUID
+    attempt: int
+    charged_attempts: int
+    max_attempts: int
+    max_elapsed_seconds: float
+    kind: str
+    kind_version: int
+    owner: str
+    input: Mapping[str, Any]
+    elapsed_at_claim: float
+    """Seconds of the retry budget already used when this attempt was claimed (DB time)."""
+    claimed_monotonic: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> ClaimedJob:
+        elapsed = (row.updated_at - row.budget_started_at).total_seconds()
+        return cls(
+            job_id=row.id,
+            attempt_id=row.current_attempt_id,
+            attempt=row.attempt,
+            charged_attempts=row.charged_attempts,
+            max_attempts=row.max_attempts,
+            max_elapsed_seconds=float(row.max_elapsed_seconds),
+            kind=row.kind,
+            kind_version=row.kind_version,
+            owner=row.owner,
+            input=row.input,
+            elapsed_at_claim=max(elapsed, 0.0),
+        )
+
+    def elapsed_seconds(self) -> float:
+        """Budget used so far: DB-time at claim plus local monotonic time since."""
+        return self.elapsed_at_claim + (time.monotonic() - self.claimed_monotonic)
+
+
+class JobContext:
+    """Handed to a handler for one attempt: progress, checkpoints, staging, safe points."""
+
+    def __init__(
+        self,
+        job: ClaimedJob,
+        *,
+        engine: AsyncEngine,
+        transitions: Transitions,
+        store: ResultStore,
+        settings: Settings,
+        actor: Actor,
+    ) -> None:
+        self.job = job
+        self.engine = engine
+        self.transitions = transitions
+        self.store = store
+        self.settings = settings
+        self.actor = actor
+        self.cancel_requested = False
+        self.draining = False
+        self.publishing = False
+        self._lost = asyncio.Event()
+        self._checkpoints: dict[tuple[str, str], Any] | None = None
+
+    # -- identity ---------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> uuid.UUID:
+        return self.job.job_id
+
+    @property
+    def attempt_id(self) -> uuid.UUID:
+        return self.job.attempt_id
+
+    @property
+    def attempt(self) -> int:
+        """1-based attempt number of this claim (counts every claim of the job)."""
+        return self.job.attempt
+
+    @property
+    def input(self) -> Mapping[str, Any]:
+        return self.job.input
+
+    # -- signals from the pool ----------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def mark_lost(self) -> None:
+        """The lease is gone: interrupt sleeps, refuse every further write."""
+        self._lost.set()
+
+    def observe(self, state: JobState) -> None:
+        """A state learned from a heartbeat or a fenced write."""
+        if state == JobState.CANCEL_REQUESTED:
+            self.cancel_requested = True
+
+    # -- safe points and simulated work -----------------------------------------------
+
+    async def safe_point(self) -> None:
+        """Between units: stop here if the lease is lost, a cancel was requested or
+        the worker is shutting down. Nothing half-done is left behind at this point."""
+        if self.lost:
+            raise LeaseLost(str(self.job_id))
+        if self.cancel_requested:
+            raise CancelStop(str(self.job_id))
+        if self.draining:
+            raise ReleaseStop(str(self.job_id))
+
+    async def is_cancel_requested(self) -> bool:
+        return self.cancel_requested
+
+    async def sleep(self, seconds: float) -> None:
+        """Simulated work; returns early only when the lease is lost (then raises)."""
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), timeout=seconds)
+        if self.lost:
+            raise LeaseLost(str(self.job_id))
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    async def load_checkpoints(self) -> None:
+        """Read the durable checkpoints of earlier attempts (one query per attempt)."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(
+                    job_checkpoints.c.stage, job_checkpoints.c.unit_name, job_checkpoints.c.data
+                ).where(job_checkpoints.c.job_id == self.job_id)
+            )
+            self._checkpoints = {(r.stage, r.unit_name): r.data for r in rows}
+
+    def done(self, stage: str, unit: str) -> bool:
+        """Whether an earlier attempt (or this one) checkpointed this unit."""
+        return self._checkpoints is not None and (stage, unit) in self._checkpoints
+
+    # -- fenced writes --------------------------------------------------------------------
+
+    async def _fenced(self, write: Callable[[AsyncConnection], Awaitable[Outcome]]) -> Applied:
+        if self.lost:
+            raise LeaseLost(str(self.job_id))
+
+        async def transaction() -> Outcome:
+            async with self.engine.begin() as conn:
+                return await write(conn)
+
+        outcome = await asyncio.shield(transaction())
+        if not isinstance(outcome, Applied):
+            self.mark_lost()
+            raise LeaseLost(str(self.job_id))
+        self.observe(JobState(outcome.job.state))
+        return outcome
+
+    async def set_plan(self, stages: Sequence[tuple[str, str, int]]) -> None:
+        """Declare stages ``(name, unit, total)``; a retried attempt keeps the old plan."""
+        t = self.transitions
+        await self._fenced(
+            lambda c: t.set_plan(c, self.job_id, self.attempt_id, stages, actor=self.actor)
+        )
+
+    async def enter_stage(self, stage: str) -> None:
+        t = self.transitions
+        await self._fenced(
+            lambda c: t.enter_stage(c, self.job_id, self.attempt_id, stage, actor=self.actor)
+        )
+
+    async def checkpoint(
+        self,
+        stage: str,
+        unit: str,
+        *,
+        data: Mapping[str, Any] | None = None,
+        delivery: DeliveryState | None = None,
+    ) -> None:
+        """A unit is done (durably), and optionally private outputs moved on, in one
+        transaction: a crash after this never redoes the unit."""
+        t = self.transitions
+
+        async def write(conn: AsyncConnection) -> Outcome:
+            outcome = await t.record_progress(
+                conn, self.job_id, self.attempt_id, stage, unit, actor=self.actor, checkpoint=data
+            )
+            if delivery is not None and isinstance(outcome, Applied):
+                outcome = await t.stage_output(
+                    conn, self.job_id, self.attempt_id, delivery, actor=self.actor
+                )
+            return outcome
+
+        await self._fenced(write)
+        if self._checkpoints is not None:
+            self._checkpoints[(stage, unit)] = dict(data) if data else None
+
+    async def expand_plan(self, stage: str, new_total: int) -> None:
+        """The stage found more units: ``total`` grows, ``plan_revision`` increments."""
+        t = self.transitions
+        await self._fenced(
+            lambda c: t.expand_plan(
+                c, self.job_id, self.attempt_id, stage, new_total, actor=self.actor
+            )
+        )
+
+    async def stage_output(self, delivery: DeliveryState) -> None:
+        t = self.transitions
+        await self._fenced(
+            lambda c: t.stage_output(c, self.job_id, self.attempt_id, delivery, actor=self.actor)
+        )
+
+    # -- private files ---------------------------------------------------------------------
+
+    async def write_file(self, name: str, data: bytes) -> StoredFile:
+        """Write a private output. Content must be a function of the job alone, so a
+        stale attempt writing the same name again is harmless."""
+        if self.lost:
+            raise LeaseLost(str(self.job_id))
+        return await asyncio.to_thread(self.store.write_staged, self.job_id, name, data)
+
+    async def has_file(self, name: str) -> bool:
+        return await asyncio.to_thread(self.store.has_staged, self.job_id, name)
+
+    async def read_file(self, name: str) -> bytes:
+        return await asyncio.to_thread(self.store.read_staged, self.job_id, name)

@@ -1,0 +1,279 @@
+"""Runs one claimed attempt to its end: handler, then publication or a fenced ending.
+
+How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
+
+* handler returns -> safe point -> publication (``lock_for_publication`` -> atomic move
+  into the owner's area -> ``publish``, one transaction) -> ``succeeded``;
+* :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
+* :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
+* :class:`~workers.errors.PermanentError` -> ``fail``;
+* any other exception -> ``retry_later`` with backoff, or ``give_up`` -> ``unresolved``;
+* :class:`~workers.errors.LeaseLost` -> nothing: someone else owns the job now.
+
+A cancel request that arrives while an ending is being written wins over a retry or a
+release (the job is not re-queued against its owner's wish): ``stop_canceled`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.lifecycle import AttemptOutcome, JobState
+from app.logs import get_logger
+from app.settings import Settings
+from app.storage import ResultStore
+from app.transitions import Actor, Applied, Outcome, Rejected, RejectReason, Transitions
+from workers import retry
+from workers.completer import Completer
+from workers.context import ClaimedJob, JobContext
+from workers.errors import (
+    CancelStop,
+    JobError,
+    LeaseLost,
+    PermanentError,
+    ReleaseStop,
+    describe_unknown,
+)
+from workers.handlers.base import Handler, PublishPlan
+
+log = get_logger("atlas.worker.engine")
+
+
+class _PublicationRefusedError(Exception):
+    """The publish compare-and-set matched no row: roll the transaction back."""
+
+
+class JobRunner:
+    """Runs attempts for one worker process. Stateless between attempts."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        transitions: Transitions,
+        store: ResultStore,
+        settings: Settings,
+        handlers: Mapping[str, Handler],
+        actor: Actor,
+        completer: Completer | None = None,
+        on_publishing: Callable[[JobContext], None] | None = None,
+    ) -> None:
+        self.completer = completer
+        self.on_publishing = on_publishing
+        self.engine = engine
+        self.transitions = transitions
+        self.store = store
+        self.settings = settings
+        self.handlers = handlers
+        self.actor = actor
+
+    def context(self, row: Row[Any]) -> JobContext:
+        return JobContext(
+            ClaimedJob.from_row(row),
+            engine=self.engine,
+            transitions=self.transitions,
+            store=self.store,
+            settings=self.settings,
+            actor=self.actor,
+        )
+
+    async def run(self, ctx: JobContext) -> AttemptOutcome:
+        """Run the attempt and write exactly one ending (or none, if the lease is lost)."""
+        job = ctx.job
+        handler = self.handlers.get(f"{job.kind}@{job.kind_version}")
+        try:
+            if handler is None:  # the claim filter makes this unreachable in practice
+                raise PermanentError("no_handler", f"no handler for {job.kind}@{job.kind_version}")
+            plan = await handler(ctx)
+            await ctx.safe_point()
+            return await self._publish(ctx, plan)
+        except LeaseLost:
+            return self._lost(ctx)
+        except CancelStop:
+            return await self._cancel(ctx)
+        except ReleaseStop:
+            return await self._release(ctx)
+        except PermanentError as exc:
+            return await self._fail(ctx, exc.as_doc())
+        except asyncio.CancelledError:
+            if ctx.lost:
+                return self._lost(ctx)
+            if ctx.draining:  # shutdown past its grace period: hand the job back
+                return await self._release(ctx)
+            raise
+        except Exception as exc:
+            error = exc.as_doc() if isinstance(exc, JobError) else describe_unknown(exc)
+            if not isinstance(exc, JobError):
+                log.warning(
+                    "job.unexpected_error",
+                    job_id=str(job.job_id),
+                    attempt_id=str(job.attempt_id),
+                    error_class=type(exc).__name__,
+                )
+            return await self._recover(ctx, error)
+
+    # -- publication ------------------------------------------------------------------
+
+    async def _publish(self, ctx: JobContext, plan: PublishPlan) -> AttemptOutcome:
+        if plan.announce:
+            await ctx.enter_stage("publish")
+        ctx.publishing = True
+        if self.on_publishing is not None:
+            self.on_publishing(ctx)
+        if self.completer is not None and not plan.files and plan.hold_seconds <= 0:
+            # Nothing to move and nothing to wait for: join the next group commit.
+            if not await asyncio.shield(self.completer.publish(ctx)):
+                return self._lost(ctx)
+            return AttemptOutcome.SUCCEEDED
+        # Shielded: once the row lock is taken the publication runs to its commit,
+        # whatever happens to this task (a cancel request, a shutdown).
+        try:
+            published = await asyncio.shield(self._publication(ctx, plan))
+        except _PublicationRefusedError:
+            published = False
+        if not published:
+            return self._lost(ctx)
+        log.info("job.succeeded", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
+        return AttemptOutcome.SUCCEEDED
+
+    async def _publication(self, ctx: JobContext, plan: PublishPlan) -> bool:
+        t = self.transitions
+        async with self.engine.begin() as conn:
+            if not await t.lock_for_publication(conn, ctx.job_id, ctx.attempt_id):
+                return False
+            if plan.hold_seconds > 0:
+                await asyncio.sleep(plan.hold_seconds)
+            files = (
+                await asyncio.to_thread(self.store.publish, ctx.job.owner, ctx.job_id)
+                if plan.files
+                else []
+            )
+            outcome = await t.publish(
+                conn,
+                ctx.job_id,
+                ctx.attempt_id,
+                result_ref={"files": [f.as_dict() for f in files]},
+                ttl_seconds=self.settings.result_ttl_seconds,
+                actor=self.actor,
+            )
+            if not isinstance(outcome, Applied):  # pragma: no cover - the row is locked
+                raise _PublicationRefusedError(str(ctx.job_id))
+        return True
+
+    # -- endings ------------------------------------------------------------------------
+
+    async def _end(
+        self, ctx: JobContext, write: Callable[[AsyncConnection], Awaitable[Outcome]]
+    ) -> Outcome:
+        async def transaction() -> Outcome:
+            async with self.engine.begin() as conn:
+                return await write(conn)
+
+        return await asyncio.shield(transaction())
+
+    async def _cancel(self, ctx: JobContext) -> AttemptOutcome:
+        t = self.transitions
+        outcome = await self._end(
+            ctx, lambda c: t.stop_canceled(c, ctx.job_id, ctx.attempt_id, actor=self.actor)
+        )
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        await self._discard_private_outputs(ctx)
+        log.info("job.canceled", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
+        return AttemptOutcome.CANCELED
+
+    async def _release(self, ctx: JobContext) -> AttemptOutcome:
+        t = self.transitions
+        outcome = await self._end(
+            ctx, lambda c: t.release(c, ctx.job_id, ctx.attempt_id, actor=self.actor)
+        )
+        if _cancel_pending(outcome):
+            return await self._cancel(ctx)
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        log.info("job.released", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
+        return AttemptOutcome.RELEASED
+
+    async def _fail(self, ctx: JobContext, error: dict[str, Any]) -> AttemptOutcome:
+        t = self.transitions
+        outcome = await self._end(
+            ctx,
+            lambda c: t.fail(c, ctx.job_id, ctx.attempt_id, error=error, actor=self.actor),
+        )
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        await self._discard_private_outputs(ctx)
+        log.info(
+            "job.failed", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id), code=error["code"]
+        )
+        return AttemptOutcome.FAILED
+
+    async def _recover(self, ctx: JobContext, error: dict[str, Any]) -> AttemptOutcome:
+        if ctx.cancel_requested:
+            return await self._cancel(ctx)
+        job, t = ctx.job, self.transitions
+        decision = retry.decide(
+            kind=job.kind,
+            charged_attempts=job.charged_attempts,
+            max_attempts=job.max_attempts,
+            elapsed_seconds=job.elapsed_seconds(),
+            max_elapsed_seconds=job.max_elapsed_seconds,
+        )
+        if isinstance(decision, retry.RetryLater):
+            delay = decision.delay_seconds
+            outcome = await self._end(
+                ctx,
+                lambda c: t.retry_later(
+                    c,
+                    ctx.job_id,
+                    ctx.attempt_id,
+                    error=error,
+                    delay_seconds=delay,
+                    actor=self.actor,
+                ),
+            )
+            result = AttemptOutcome.RETRY
+        else:
+            reason = decision.reason
+            outcome = await self._end(
+                ctx,
+                lambda c: t.give_up(
+                    c, ctx.job_id, ctx.attempt_id, error=error, reason=reason, actor=self.actor
+                ),
+            )
+            result = AttemptOutcome.UNRESOLVED
+        if _cancel_pending(outcome):
+            return await self._cancel(ctx)
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        log.info(
+            "job.attempt_ended",
+            job_id=str(ctx.job_id),
+            attempt_id=str(ctx.attempt_id),
+            outcome=result.value,
+            code=error["code"],
+        )
+        return result
+
+    def _lost(self, ctx: JobContext) -> AttemptOutcome:
+        ctx.mark_lost()
+        log.warning("job.lease_lost", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
+        return AttemptOutcome.LOST
+
+    async def _discard_private_outputs(self, ctx: JobContext) -> None:
+        """Outputs of a failed or canceled job are ``blocked``: remove them now (the
+        sweeper removes whatever a crash leaves behind)."""
+        await asyncio.to_thread(self.store.remove_staging, ctx.job_id)
+
+
+def _cancel_pending(outcome: Outcome) -> bool:
+    return (
+        isinstance(outcome, Rejected)
+        and outcome.reason == RejectReason.ILLEGAL
+        and outcome.current == JobState.CANCEL_REQUESTED
+    )

@@ -1,0 +1,96 @@
+"""The sweeper: result retention and private-output cleanup.
+
+* Published results whose retention (``ATLAS_RESULT_TTL_SECONDS``) passed: delivery
+  becomes ``expired`` (the execution state stays ``succeeded``), then the files are
+  removed. Marking first means no reader is ever handed a reference to removed files;
+  a crash in between leaves unreachable files that a later pass cannot see -- a leak,
+  never a broken link.
+* Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
+  jobs, leftovers of a stale attempt) are removed. The staging directory listing is
+  bounded by the jobs in progress, so no extra bookkeeping column is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.queries import EXPIRED_RESULTS
+from app.db.schema import jobs
+from app.lifecycle import TERMINAL_STATES
+from app.logs import get_logger
+from app.storage import ResultStore
+from app.transitions import SYSTEM_SWEEPER, Applied, Transitions
+
+log = get_logger("atlas.worker.sweeper")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    expired: int
+    cleaned: int
+
+
+class Sweeper:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        transitions: Transitions,
+        store: ResultStore,
+        *,
+        batch_size: int = 100,
+    ) -> None:
+        self.engine = engine
+        self.transitions = transitions
+        self.store = store
+        self.batch_size = batch_size
+
+    async def run_once(self) -> SweepReport:
+        expired = 0
+        while True:
+            moved, seen = await self._expire_batch()
+            expired += moved
+            if seen < self.batch_size:
+                break
+        return SweepReport(expired=expired, cleaned=await self._clean_staging())
+
+    async def _expire_batch(self) -> tuple[int, int]:
+        t = self.transitions
+        done: list[tuple[str, uuid.UUID]] = []
+        async with self.engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    EXPIRED_RESULTS,
+                    {"limit": self.batch_size, "offset_seconds": t.clock.offset.total_seconds()},
+                )
+            ).all()
+            for row in rows:
+                if isinstance(await t.expire_result(conn, row.id, actor=SYSTEM_SWEEPER), Applied):
+                    done.append((row.owner, row.id))
+        for owner, job_id in done:
+            await asyncio.to_thread(self.store.remove_published, owner, job_id)
+            log.info("result.expired", job_id=str(job_id))
+        return len(done), len(rows)
+
+    async def _clean_staging(self) -> int:
+        staged = await asyncio.to_thread(self.store.staged_job_ids)
+        if not staged:
+            return 0
+        async with self.engine.connect() as conn:
+            states = {
+                r.id: r.state
+                for r in await conn.execute(
+                    select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(staged))
+                )
+            }
+        terminal = {s.value for s in TERMINAL_STATES}
+        finished = [j for j in staged if j not in states or states[j] in terminal]
+        for job_id in finished:
+            await asyncio.to_thread(self.store.remove_staging, job_id)
+        if finished:
+            log.info("staging.cleaned", jobs=len(finished))
+        return len(finished)

@@ -169,6 +169,9 @@ EDGES: Final = frozenset(
         # Worker bookkeeping while cancellation is pending (heartbeat, progress, staging):
         # the SPEC's "running -> running" row applies to the lease holder in either state.
         (JobState.CANCEL_REQUESTED, JobState.CANCEL_REQUESTED),
+        # Result expiry: delivery available -> expired; the execution state stays
+        # succeeded (SPEC: "Expiry of the result later does not change this state").
+        (JobState.SUCCEEDED, JobState.SUCCEEDED),
     }
 )
 """The transition table of SPEC section 1 as (from, to) pairs; ``None`` is "no job yet"."""

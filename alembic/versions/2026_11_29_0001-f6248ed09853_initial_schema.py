@@ -121,7 +121,7 @@ def upgrade() -> None:
             name=op.f("ck_jobs_terminal_iff_finished"),
         ),
         sa.CheckConstraint(
-            "(state IN ('running', 'cancel_requested')) = (current_attempt_id IS NOT NULL AND lease_expires_at IS NOT NULL)",
+            "(state IN ('running', 'cancel_requested')) = (current_attempt_id IS NOT NULL) AND (state IN ('running', 'cancel_requested')) = (lease_expires_at IS NOT NULL)",
             name=op.f("ck_jobs_lease_iff_active"),
         ),
         sa.CheckConstraint(

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -129,33 +130,58 @@ def serve(
     workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
 ) -> None:
-    """Serve the API and a pool of worker processes together."""
+    """Serve the API and a pool of worker processes together.
+
+    Each child runs in its own process group, so a terminal's Ctrl-C or a SIGTERM reaches
+    them exactly once, forwarded from here (a second signal would cut their graceful
+    shutdown short). If any child dies on its own, the others are stopped too and the
+    exit code is non-zero: a half-running service is not left behind.
+    """
     env = {**os.environ, "DATABASE_URL": database_url()}
     command = [sys.executable, "-m", "app.cli"]
-    children = [
+    processes = [
         subprocess.Popen(  # noqa: S603 - our own entry point
-            [*command, "worker", "--concurrency", str(concurrency), "--worker-id", f"serve-{n}"],
-            env=env,
-        )
-        for n in range(workers)
+            [*command, "api", "--host", host, "--port", str(port)], env=env, process_group=0
+        ),
+        *(
+            subprocess.Popen(  # noqa: S603
+                [
+                    *command,
+                    "worker",
+                    "--concurrency",
+                    str(concurrency),
+                    "--worker-id",
+                    f"serve-{n}",
+                ],
+                env=env,
+                process_group=0,
+            )
+            for n in range(workers)
+        ),
     ]
-    api_process = subprocess.Popen(  # noqa: S603
-        [*command, "api", "--host", host, "--port", str(port)], env=env
-    )
-    processes = [api_process, *children]
+    stopping = False
 
-    def forward(signum: int, _frame: object) -> None:
+    def stop(signum: int, _frame: object = None) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    exit_code = api_process.wait()
-    forward(signal.SIGTERM, None)
-    for child in children:
-        child.wait()
-    raise typer.Exit(exit_code)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while all(process.poll() is None for process in processes):
+        time.sleep(0.2)
+    unexpected = not stopping
+    stop(signal.SIGTERM)
+    codes = [process.wait() for process in processes]
+    # A child stopped by the signal we forwarded ended cleanly (uvicorn re-raises it).
+    clean = {0, -signal.SIGTERM, -signal.SIGINT}
+    if unexpected or any(code not in clean for code in codes):
+        typer.echo(f"serve: a process exited unexpectedly (exit codes {codes})", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -130,9 +130,13 @@ jobs = Table(
         f"OR delivery_state IN ('{DeliveryState.AVAILABLE}', '{DeliveryState.EXPIRED}')",
         name="succeeded_has_published",
     ),
+    # Both halves separately: a job no worker holds carries neither a lease nor a
+    # fencing token (a stray attempt id on a queued job would outlive its attempt).
     CheckConstraint(
         f"(state IN ('{JobState.RUNNING}', '{JobState.CANCEL_REQUESTED}')) "
-        "= (current_attempt_id IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        "= (current_attempt_id IS NOT NULL) "
+        f"AND (state IN ('{JobState.RUNNING}', '{JobState.CANCEL_REQUESTED}')) "
+        "= (lease_expires_at IS NOT NULL)",
         name="lease_iff_active",
     ),
     CheckConstraint(

@@ -67,5 +67,3 @@ KINDS: Mapping[str, KindSpec] = MappingProxyType(
 
 def get_kind(name: str) -> KindSpec | None:
     return KINDS.get(name)
-
-

@@ -47,7 +47,8 @@ def test_embedded_default_serves_until_stopped(tmp_path: Path) -> None:
     try:
         cli("migrate", env=env)
         url = cli("db", "url", env=env).strip()
-        assert url.startswith("postgresql+asyncpg://") and "127.0.0.1" in url
+        assert url.startswith("postgresql+asyncpg://")
+        assert "127.0.0.1" in url
         assert (data_dir / "pg" / "PG_VERSION").is_file()
         key = cli("keys", "create", "--owner", "alice", "--role", "client", env=env).strip()
         key = key.splitlines()[-1].strip()

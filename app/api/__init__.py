@@ -1,0 +1,1 @@
+"""The HTTP API (SPEC section 3): FastAPI routers over the transition service."""

@@ -1,0 +1,81 @@
+"""Dependencies, as ``Annotated`` aliases the routers use in their signatures."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import structlog
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.api.errors import ForbiddenError, UnauthorizedError
+from app.api.state import ApiState
+from app.apikeys import Principal, Role, authenticate
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.atlas
+    return state
+
+
+StateDep = Annotated[ApiState, Depends(get_state)]
+
+
+def get_engine(state: StateDep) -> AsyncEngine:
+    return state.engine
+
+
+EngineDep = Annotated[AsyncEngine, Depends(get_engine)]
+
+
+async def get_read_connection(engine: EngineDep) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads (autocommit-free; nothing is written through it)."""
+    async with engine.connect() as conn:
+        yield conn
+
+
+ConnDep = Annotated[AsyncConnection, Depends(get_read_connection)]
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer atlas_...`")
+
+
+async def get_principal(
+    engine: EngineDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise UnauthorizedError("Send Authorization: Bearer <api key>")
+    async with engine.connect() as conn:
+        principal = await authenticate(conn, credentials.credentials)
+    if principal is None:
+        raise UnauthorizedError("Unknown or revoked API key")
+    structlog.contextvars.bind_contextvars(owner=principal.owner)
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+def require(role: Role) -> object:
+    def check(principal: CurrentPrincipal) -> Principal:
+        if not principal.has(role):
+            raise ForbiddenError(f"This action needs the {role.value} role")
+        return principal
+
+    return Depends(check)
+
+
+OperatorPrincipal = Annotated[Principal, require(Role.OPERATOR)]
+ReviewerPrincipal = Annotated[Principal, require(Role.REVIEWER)]
+
+
+def visible_owner(principal: Principal) -> str | None:
+    """Whose jobs the caller may see: its own, or every owner's for operators."""
+    return None if principal.has(Role.OPERATOR) else principal.owner
+
+
+def bind_job(job_id: uuid.UUID) -> None:
+    structlog.contextvars.bind_contextvars(job_id=str(job_id))

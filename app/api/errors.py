@@ -1,0 +1,260 @@
+"""The API's error tree and its one translation to RFC 9457 problem details.
+
+Routers raise an :class:`ApiError` subclass; :func:`problem_response` is the only code
+that turns an error into an HTTP answer (``application/problem+json``). Each case has
+its own ``type`` URI so clients branch on the type, never on the human text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from app.api.paths import allowed_methods
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_BASE = "urn:atlas-jobs:problem:"
+
+log = structlog.get_logger("atlas.api")
+
+
+class ApiError(Exception):
+    """Base of every error the API answers on purpose."""
+
+    status: int = 500
+    slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal server error"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.headers = dict(headers or {})
+        self.extensions = extensions
+
+    @classmethod
+    def type_uri(cls) -> str:
+        return PROBLEM_BASE + cls.slug
+
+
+class MalformedJsonError(ApiError):
+    status, slug, title = 400, "malformed-json", "The request body is not valid JSON"
+
+
+class UnauthorizedError(ApiError):
+    status, slug, title = 401, "unauthorized", "A valid API key is required"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="atlas-jobs"'})
+
+
+class ForbiddenError(ApiError):
+    status, slug, title = 403, "forbidden", "This key lacks the role for this action"
+
+
+class BadDownloadSignatureError(ApiError):
+    status, slug, title = 403, "bad-download-signature", "The download link is invalid or expired"
+
+
+class JobNotFoundError(ApiError):
+    """Unknown job *or another owner's job*: the two are indistinguishable by design."""
+
+    status, slug, title = 404, "job-not-found", "No such job"
+
+
+class RouteNotFoundError(ApiError):
+    status, slug, title = 404, "not-found", "No such resource"
+
+
+class MethodNotAllowedError(ApiError):
+    status, slug, title = 405, "method-not-allowed", "Method not allowed on this resource"
+
+
+class NotAcceptableError(ApiError):
+    status, slug, title = 406, "not-acceptable", "No acceptable representation"
+
+
+class JobStateConflictError(ApiError):
+    """The job is not in a state that allows this action; the body names the state."""
+
+    status, slug, title = 409, "job-state-conflict", "The job's state does not allow this"
+
+
+class CancelTooLateError(JobStateConflictError):
+    slug, title = "cancel-too-late", "The job already finished; the cancel lost"
+
+
+class NotAwaitingReviewError(JobStateConflictError):
+    slug, title = "not-awaiting-review", "The job is not waiting for review"
+
+
+class ResultNotReadyError(ApiError):
+    status, slug, title = 409, "result-not-ready", "The result is not available"
+
+
+class IdempotencyKeyInFlightError(ApiError):
+    status, slug, title = (
+        409,
+        "idempotency-key-in-flight",
+        "A request with this Idempotency-Key is still being processed",
+    )
+
+    def __init__(self, retry_after: int = 1) -> None:
+        super().__init__(headers={"Retry-After": str(retry_after)})
+
+
+class ResultExpiredError(ApiError):
+    status, slug, title = 410, "result-expired", "The result's retention passed"
+
+
+class DownloadGoneError(ApiError):
+    status, slug, title = 410, "download-gone", "The file is no longer available"
+
+
+class PayloadTooLargeError(ApiError):
+    status, slug, title = 413, "payload-too-large", "The request body is too large"
+
+
+class UnsupportedMediaTypeError(ApiError):
+    status, slug, title = 415, "unsupported-media-type", "Send the body as application/json"
+
+
+class InvalidRequestError(ApiError):
+    status, slug, title = 422, "invalid-request", "The request is invalid"
+
+
+class UnknownKindError(ApiError):
+    status, slug, title = 422, "unknown-kind", "No such job kind"
+
+
+class InvalidInputError(ApiError):
+    status, slug, title = 422, "invalid-input", "The input does not match the kind's schema"
+
+
+class IdempotencyKeyReusedError(ApiError):
+    status, slug, title = (
+        422,
+        "idempotency-key-reused",
+        "This Idempotency-Key was used with a different request body",
+    )
+
+
+class HttpError(ApiError):
+    """Any other HTTP error raised by the framework itself."""
+
+    slug, title = "http-error", "HTTP error"
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+class NotReadyError(ApiError):
+    status, slug, title = 503, "not-ready", "The service is not ready"
+
+
+def problem_body(error: ApiError) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": error.type_uri(),
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+    }
+    body.update(error.extensions)
+    return body
+
+
+def problem_response(error: ApiError) -> Response:
+    """The one place an error becomes an HTTP response. (No ``instance`` member: a
+    download path holds its signed token, and echoing paths adds nothing.)"""
+    return JSONResponse(
+        problem_body(error),
+        status_code=error.status,
+        headers=error.headers,
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
+
+
+def clean_validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Validation errors without the offending input values (which may hold secrets)."""
+    cleaned: list[dict[str, Any]] = []
+    for error in errors:
+        cleaned.append(
+            {
+                "loc": [str(part) for part in error.get("loc", ())],
+                "msg": str(error.get("msg", "")),
+                "type": str(error.get("type", "")),
+            }
+        )
+    return cleaned
+
+
+def _from_validation(exc: RequestValidationError) -> ApiError:
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return MalformedJsonError()
+    if any(e.get("type") == "union_tag_invalid" for e in errors):
+        return UnknownKindError("Unknown kind", errors=clean_validation_errors(errors))
+    body_input = [e for e in errors if tuple(e.get("loc", ()))[:1] == ("body",)]
+    if body_input and all(len(e.get("loc", ())) > 3 and e["loc"][2] == "input" for e in body_input):
+        return InvalidInputError(errors=clean_validation_errors(errors))
+    return InvalidRequestError(
+        "The request does not match the API schema", errors=clean_validation_errors(errors)
+    )
+
+
+def _from_http(exc: StarletteHTTPException) -> ApiError:
+    headers = dict(exc.headers or {})
+    mapping: dict[int, type[ApiError]] = {
+        404: RouteNotFoundError,
+        405: MethodNotAllowedError,
+        406: NotAcceptableError,
+        413: PayloadTooLargeError,
+        415: UnsupportedMediaTypeError,
+        400: MalformedJsonError,
+    }
+    error_type = mapping.get(exc.status_code)
+    error = HttpError(exc.status_code, str(exc.detail)) if error_type is None else error_type()
+    error.headers.update(headers)
+    return error
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return problem_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(_from_validation(exc))
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        error = _from_http(exc)
+        if exc.status_code == 405:
+            # The router only knows the first route matching the path; the document
+            # knows every method of the resource.
+            allowed = allowed_methods(request.url.path, request.app.openapi().get("paths", {}))
+            if allowed:
+                error.headers["Allow"] = ", ".join(allowed)
+        return problem_response(error)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.error("unhandled_error", error_type=type(exc).__name__, exc_info=exc)
+        return problem_response(ApiError())
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,110 @@
+"""The FastAPI application: routers, middleware, error translation, lifespan.
+
+The lifespan opens the database engine (``DATABASE_URL`` or the embedded server), the
+LISTEN connection that wakes ``Prefer: wait`` reads and event streams, the download
+signer and the result store; it closes them in reverse order. While shutting down the
+app reports not-ready (``/readyz`` 503) so a load balancer stops sending traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from app import __version__
+from app.api.errors import install_error_handlers
+from app.api.metrics import ApiMetrics
+from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
+from app.api.notifier import JobChangeNotifier
+from app.api.openapi_doc import install_openapi
+from app.api.routers import events, health, jobs, operations, results, reviews
+from app.api.state import ApiState
+from app.clock import SYSTEM_CLOCK, Clock
+from app.db.engine import create_engine, libpq_url, resolve_database_url
+from app.settings import Settings, get_settings
+from app.signing import signer_from_settings
+from app.storage import FilesystemStore
+from app.transitions import Transitions
+
+DESCRIPTION = """\
+Asynchronous request-reply jobs. `POST /v1/jobs` answers `202 Accepted` with the
+status URL at once; read the job's state, progress, history and result from separate
+endpoints. A 200 from the status endpoint is a successful *read*, never a success
+signal for the job. Errors are RFC 9457 `application/problem+json`.
+"""
+
+TAGS = [
+    {"name": "jobs", "description": "Create, read, list and cancel jobs; their history."},
+    {"name": "events", "description": "Server-Sent Events of a job's transitions."},
+    {"name": "results", "description": "Result references and signed downloads."},
+    {"name": "reviews", "description": "Review gates (reviewer role)."},
+    {"name": "operations", "description": "Operator decisions and the queue view."},
+    {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
+]
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable operationIds: ``<tag>-<route name>`` (``jobs-create``, ``jobs-get``)."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    clock = clock or SYSTEM_CLOCK
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = resolve_database_url(settings)
+        engine = create_engine(url, pool_size=settings.db_pool_size, application_name="atlas-api")
+        notifier = JobChangeNotifier(libpq_url(url))
+        await notifier.start()
+        state = ApiState(
+            settings=settings,
+            engine=engine,
+            clock=clock,
+            transitions=Transitions(clock, lease_seconds=settings.lease_seconds),
+            notifier=notifier,
+            signer=signer_from_settings(settings),
+            store=FilesystemStore(settings.results_dir),
+            metrics=metrics,
+            migration_heads=health.migration_heads(),
+        )
+        app.state.atlas = state
+        try:
+            yield
+        finally:
+            state.draining = True
+            await notifier.stop()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Atlas Jobs",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        separate_input_output_schemas=False,
+    )
+    for router in (
+        jobs.router,
+        events.router,
+        results.router,
+        reviews.router,
+        operations.router,
+        health.router,
+    ):
+        app.include_router(router)
+    install_error_handlers(app)
+    install_openapi(app)
+    app.add_middleware(BodyGuardMiddleware, max_body_bytes=settings.max_body_bytes)
+
+    def templates() -> frozenset[str]:
+        return frozenset(app.openapi().get("paths", {}))
+
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, templates=templates)
+    return app

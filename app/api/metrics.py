@@ -1,0 +1,43 @@
+"""Prometheus metrics of one API process (its own registry, so apps do not collide)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class ApiMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.requests = Counter(
+            "atlas_http_requests_total",
+            "HTTP requests answered, by route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "atlas_http_request_duration_seconds",
+            "Time to answer an HTTP request (streams: time to the first byte).",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.jobs = Gauge(
+            "atlas_jobs",
+            "Jobs per kind and execution state (sampled at scrape time).",
+            ["kind", "state"],
+            registry=self.registry,
+        )
+        self.jobs_created = Counter(
+            "atlas_jobs_created_total",
+            "Jobs created through this process (replays of an Idempotency-Key excluded).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.listener_connected = Gauge(
+            "atlas_listener_connected",
+            "1 while the LISTEN connection for job changes is up.",
+            registry=self.registry,
+        )

@@ -1,0 +1,68 @@
+"""OpenAPI declarations of error answers and headers, shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.schemas import Problem
+
+PROBLEM_DESCRIPTIONS: dict[int, str] = {
+    400: "Malformed JSON.",
+    401: "Missing or invalid API key (`WWW-Authenticate: Bearer`).",
+    403: "The key lacks the role for this action.",
+    404: "Unknown job, or a job of another owner (indistinguishable).",
+    409: "The job's state does not allow this (the body names it).",
+    410: "Gone: the result's retention passed.",
+    413: "The request body is too large.",
+    415: "The body is not application/json.",
+    422: "The request does not validate.",
+    503: "Not ready.",
+}
+
+HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
+    "Location": {"description": "The job's status URL.", "schema": {"type": "string"}},
+    "Retry-After": {
+        "description": "Seconds to wait before polling again.",
+        "schema": {"type": "integer"},
+    },
+    "ETag": {"description": 'Weak validator W/"<version>".', "schema": {"type": "string"}},
+    "Vary": {
+        "description": "Prefer (the wait preference changes the answer).",
+        "schema": {"type": "string"},
+    },
+    "Preference-Applied": {
+        "description": "wait=N when the read was held.",
+        "schema": {"type": "string"},
+    },
+    "Idempotency-Replayed": {
+        "description": "true when an earlier request with the same key made the job.",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
+    "WWW-Authenticate": {"description": "Bearer.", "schema": {"type": "string"}},
+    "X-Request-ID": {
+        "description": "The request id (echoed or generated).",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def headers(*names: str) -> dict[str, dict[str, Any]]:
+    return {name: HEADER_SCHEMAS[name] for name in names}
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Problem answers for ``codes`` (plus 401, which every authenticated route has)."""
+    declared: dict[int | str, dict[str, Any]] = {}
+    for code in sorted({401, *codes}):
+        entry: dict[str, Any] = {"model": Problem, "description": PROBLEM_DESCRIPTIONS[code]}
+        if code == 401:
+            entry["headers"] = headers("WWW-Authenticate")
+        if code == 409 or code == 503:
+            entry["headers"] = headers("Retry-After")
+        declared[code] = entry
+    return declared
+
+
+def public_problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Problem answers for routes that take no API key."""
+    return {code: {"model": Problem, "description": PROBLEM_DESCRIPTIONS[code]} for code in codes}

@@ -1,0 +1,1 @@
+"""One router per resource; each router has one tag, which prefixes its operationIds."""

@@ -1,0 +1,98 @@
+"""Root endpoints for orchestrators: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import structlog
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from app.api.deps import StateDep
+from app.api.responses import public_problems
+from app.api.schemas import Health
+from app.db import reads
+
+router = APIRouter(tags=["health"])
+log = structlog.get_logger("atlas.api.health")
+
+READY_TIMEOUT_SECONDS = 2.0
+
+
+def migration_heads() -> frozenset[str]:
+    """The revisions the code expects (alembic heads), read from the repository."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    root = Path(__file__).resolve().parents[3]
+    config = Config()
+    config.set_main_option("script_location", str(root / "alembic"))
+    return frozenset(ScriptDirectory.from_config(config).get_heads())
+
+
+@router.get("/livez", name="livez", response_model=Health, summary="Liveness (process only)")
+async def livez() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    name="readyz",
+    response_model=Health,
+    summary="Readiness: database reachable, migrations current, not draining",
+    responses={
+        503: {
+            "model": Health,
+            "description": "Not ready; `checks` says why.",
+            "content": {"application/json": {}},
+        }
+    },
+)
+async def readyz(state: StateDep) -> Response:
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
+            versions = {
+                row[0]
+                for row in await conn.execute(text("SELECT version_num FROM alembic_version"))
+            }
+        checks["database"] = "ok"
+        checks["migrations"] = (
+            "ok" if not state.migration_heads or versions == state.migration_heads else "behind"
+        )
+    except Exception as exc:  # unreachable, timed out, or not migrated at all
+        checks["database"] = f"unavailable: {type(exc).__name__}"
+        checks["migrations"] = "unknown"
+    checks["draining"] = "yes" if state.draining else "no"
+    ready = checks["database"] == "ok" and checks["migrations"] == "ok" and not state.draining
+    body = Health(status="ok" if ready else "not_ready", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    name="metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **public_problems(),
+    },
+)
+async def metrics(state: StateDep) -> Response:
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
+            counts = await reads.counts_by_state(conn)
+        state.metrics.jobs.clear()
+        for row in counts:
+            state.metrics.jobs.labels(row.kind, row.state).set(row.job_count)
+    except Exception as exc:  # metrics must answer even when the database does not
+        log.warning("metrics_jobs_unavailable", error_type=type(exc).__name__)
+    state.metrics.listener_connected.set(1 if state.notifier.connected else 0)
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

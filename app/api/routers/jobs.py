@@ -1,0 +1,280 @@
+"""``/v1/jobs``: create, read (with ETag and ``Prefer: wait``), list, cancel, history."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Header, Query, Response, status
+
+from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
+from app.api.errors import (
+    CancelTooLateError,
+    JobNotFoundError,
+    JobStateConflictError,
+)
+from app.api.jobcreation import create_job
+from app.api.reading import read_status, read_status_once, status_headers
+from app.api.responses import headers, problems
+from app.api.schemas import HistoryPage, JobCreate, JobPage, JobPublic
+from app.api.views import etag_matches, history_item, job_path, job_status
+from app.apikeys import Principal, Role
+from app.db import reads
+from app.lifecycle import TERMINAL_STATES, JobState, is_terminal
+from app.transitions import Actor, Applied, RejectReason
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+MAX_PAGE = 100
+MAX_SEQ = 2**63 - 1  # history seq is a bigint
+_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d{1,6})\"?", re.IGNORECASE)
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Makes creation safe to retry: same key + same body = same job.",
+    ),
+]
+
+
+def actor_for(principal: Principal) -> Actor:
+    role = "operator" if principal.has(Role.OPERATOR) else "client"
+    return Actor(role, principal.owner)
+
+
+def request_id() -> str | None:
+    value = structlog.contextvars.get_contextvars().get("request_id")
+    return str(value) if value is not None else None
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    summary="Create a job",
+    responses={
+        202: {
+            "description": "Accepted and durable. Poll the Location.",
+            "headers": headers("Location", "Retry-After", "ETag", "Idempotency-Replayed"),
+        },
+        **problems(400, 409, 413, 415, 422),
+    },
+)
+async def create(
+    body: JobCreate,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobPublic:
+    """Accept a job. The 202 is sent only after the job row is committed."""
+    created = await create_job(
+        state.engine,
+        state.transitions,
+        principal,
+        body,
+        idempotency_key=idempotency_key,
+        request_id=request_id(),
+    )
+    bind_job(created.job.id)
+    async with state.engine.connect() as conn:
+        job, public = await read_status(conn, created.job.id, owner=principal.owner)
+    response.headers["Location"] = job_path(job.id)
+    response.headers.update(status_headers(job, public))
+    if created.replayed:
+        response.headers["Idempotency-Replayed"] = "true"
+    else:
+        state.metrics.jobs_created.labels(job.kind).inc()
+    return public
+
+
+CURSOR_PATTERN = r"^c[0-9]{1,18}$"
+
+
+def _parse_cursor(cursor: str | None) -> int | None:
+    """Cursors are opaque to clients; the pattern makes every well-formed one valid."""
+    return None if cursor is None else int(cursor[1:])
+
+
+def _make_cursor(seq: int) -> str:
+    return f"c{seq}"
+
+
+@router.get(
+    "",
+    name="list",
+    response_model=JobPage,
+    summary="List the caller's jobs",
+    responses=problems(422),
+)
+async def list_jobs(
+    engine: EngineDep,
+    principal: CurrentPrincipal,
+    state: Annotated[list[JobState] | None, Query(description="Filter by state.")] = None,
+    kind: Annotated[list[str] | None, Query(description="Filter by kind.", max_length=20)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+    ] = None,
+) -> JobPage:
+    """Newest first, keyset pagination (stable under concurrent inserts)."""
+    page = reads.JobFilter(
+        owner=principal.owner,
+        states=[s.value for s in state or []],
+        kinds=kind or [],
+        before_seq=_parse_cursor(cursor),
+        limit=limit,
+    )
+    async with engine.connect() as conn:
+        rows = await reads.list_jobs(conn, page)
+        shown = rows[:limit]
+        stages = await reads.stages_for(conn, [row.id for row in shown])
+    more = len(rows) > limit
+    return JobPage(
+        items=[job_status(row, stages[row.id]) for row in shown],
+        next_cursor=_make_cursor(shown[-1].seq) if more and shown else None,
+    )
+
+
+def _prefer_wait(prefer: str | None, cap: float) -> int | None:
+    if not prefer:
+        return None
+    found = _PREFER_WAIT.search(prefer)
+    if found is None:
+        return None
+    return int(min(int(found.group(1)), cap))
+
+
+@router.get(
+    "/{job_id}",
+    response_model=JobPublic,
+    summary="Read a job's status",
+    responses={
+        200: {
+            "description": "The status (a successful read, not job success).",
+            "headers": headers("ETag", "Retry-After", "Vary", "Preference-Applied"),
+        },
+        304: {"description": "Unchanged since If-None-Match.", "headers": headers("ETag")},
+        **problems(404, 422),
+    },
+)
+async def get(
+    job_id: uuid.UUID,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    response: Response,
+    if_none_match: Annotated[str | None, Header(alias="If-None-Match", max_length=512)] = None,
+    prefer: Annotated[
+        str | None,
+        Header(description="wait=N holds the read until the job changes (capped).", max_length=512),
+    ] = None,
+) -> Any:
+    bind_job(job_id)
+    owner = visible_owner(principal)
+    wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
+    async with state.notifier.subscribe(job_id) as changes:
+        job, public = await read_status_once(state.engine, job_id, owner=owner)
+        if wait is not None:
+            # Hold while the client's copy is current (If-None-Match), or -- without a
+            # validator -- until the next change of a job that can still change.
+            baseline = job.version
+            holding = etag_matches(if_none_match, job.version) or (
+                not if_none_match and not is_terminal(JobState(job.state))
+            )
+            deadline = time.monotonic() + wait
+            while holding and job.version == baseline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not await changes.wait(remaining):
+                    break
+                job, public = await read_status_once(state.engine, job_id, owner=owner)
+    found = status_headers(job, public)
+    found["Vary"] = "Prefer"
+    if wait is not None:
+        found["Preference-Applied"] = f"wait={wait}"
+    if etag_matches(if_none_match, job.version):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=found)
+    response.headers.update(found)
+    return public
+
+
+@router.post(
+    "/{job_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    summary="Request cancellation",
+    responses={
+        202: {"description": "cancel_requested, or canceled when nothing was running."},
+        **problems(400, 404, 409, 413, 415, 422),
+    },
+)
+async def cancel(
+    job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal, response: Response
+) -> JobPublic:
+    """Queued/waiting jobs cancel at once; running ones stop at their next safe point.
+
+    A cancel that loses to a finished job is recorded in the history and answered 409
+    with the current state (the winner)."""
+    bind_job(job_id)
+    owner = visible_owner(principal)
+    actor = actor_for(principal)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.request_cancel(
+            conn, job_id, actor=actor, owner=owner, request_id=request_id()
+        )
+        if (
+            not isinstance(outcome, Applied)
+            and outcome.current == JobState.UNRESOLVED
+            and principal.has(Role.OPERATOR)
+        ):
+            outcome = await state.transitions.operator_decide(
+                conn, job_id, decision="cancel", actor=actor, note="canceled by an operator"
+            )
+    async with state.engine.connect() as conn:
+        if not isinstance(outcome, Applied):
+            if outcome.reason == RejectReason.NOT_FOUND:
+                raise JobNotFoundError()
+            _, public = await read_status(conn, job_id, owner=owner)
+            if outcome.current in TERMINAL_STATES:
+                raise CancelTooLateError(
+                    f"The job is already {public.state.value}",
+                    state=public.state.value,
+                    delivery=public.delivery.state.value,
+                    job=public.model_dump(mode="json"),
+                )
+            if outcome.current != JobState.CANCEL_REQUESTED:
+                raise JobStateConflictError(
+                    f"A {public.state.value} job is canceled by an operator decision",
+                    state=public.state.value,
+                    delivery=public.delivery.state.value,
+                )
+        job, public = await read_status(conn, job_id, owner=owner)
+    response.headers.update(status_headers(job, public))
+    return public
+
+
+@router.get(
+    "/{job_id}/history",
+    response_model=HistoryPage,
+    summary="Read a job's history",
+    responses=problems(404, 422),
+)
+async def history(
+    job_id: uuid.UUID,
+    engine: EngineDep,
+    principal: CurrentPrincipal,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Only items with seq > after.")] = 0,
+) -> HistoryPage:
+    """Every recorded transition, oldest first (``seq`` is the SSE event id too)."""
+    bind_job(job_id)
+    async with engine.connect() as conn:
+        job = await reads.get_job(conn, job_id, owner=visible_owner(principal))
+        if job is None:
+            raise JobNotFoundError()
+        rows = await reads.history(conn, job_id, after_seq=after)
+    return HistoryPage(job_id=job_id, items=[history_item(row) for row in rows])

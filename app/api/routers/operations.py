@@ -1,0 +1,155 @@
+"""Operator actions (``operator`` role) and the queue view.
+
+Operators act on any owner's job. Each action maps to one named transition; a job in
+the wrong state answers 409 with its current state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Response, status
+
+from app.api.deps import OperatorPrincipal, StateDep, bind_job
+from app.api.errors import JobNotFoundError, JobStateConflictError
+from app.api.reading import read_status, status_headers
+from app.api.responses import headers, problems
+from app.api.schemas import JobPublic, OperatorNote, QueueLinePublic, QueuePublic
+from app.api.views import job_path
+from app.db import reads
+from app.lifecycle import JobState
+from app.transitions import Actor, Applied, Outcome, RejectReason
+
+router = APIRouter(prefix="/v1", tags=["operations"])
+
+_ACTION = {
+    status.HTTP_202_ACCEPTED: {"description": "Done; the body is the job's status."},
+    **problems(400, 403, 404, 409, 413, 415, 422),
+}
+
+
+async def _answer(
+    state: StateDep, job_id: uuid.UUID, outcome: Outcome, response: Response
+) -> JobPublic:
+    async with state.engine.connect() as conn:
+        if not isinstance(outcome, Applied):
+            if outcome.reason == RejectReason.NOT_FOUND:
+                raise JobNotFoundError()
+            _, public = await read_status(conn, job_id, owner=None)
+            raise JobStateConflictError(
+                f"Not allowed while the job is {public.state.value}",
+                state=public.state.value,
+                delivery=public.delivery.state.value,
+            )
+        job, public = await read_status(conn, outcome.job.id, owner=None)
+    response.headers.update(status_headers(job, public))
+    return public
+
+
+@router.post(
+    "/jobs/{job_id}/resume",
+    name="resume",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    summary="Resume an unresolved job with a new attempt budget",
+    responses=_ACTION,
+)
+async def resume(
+    job_id: uuid.UUID,
+    state: StateDep,
+    principal: OperatorPrincipal,
+    response: Response,
+    body: OperatorNote | None = None,
+) -> JobPublic:
+    bind_job(job_id)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.resume(
+            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+        )
+    return await _answer(state, job_id, outcome, response)
+
+
+@router.post(
+    "/jobs/{job_id}/fail",
+    name="fail",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    summary="Fail an unresolved job (operator decision)",
+    responses=_ACTION,
+)
+async def fail(
+    job_id: uuid.UUID,
+    state: StateDep,
+    principal: OperatorPrincipal,
+    response: Response,
+    body: OperatorNote | None = None,
+) -> JobPublic:
+    bind_job(job_id)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.operator_decide(
+            conn,
+            job_id,
+            decision="fail",
+            actor=Actor("operator", principal.owner),
+            note=body.note if body else None,
+        )
+    return await _answer(state, job_id, outcome, response)
+
+
+@router.post(
+    "/jobs/{job_id}/replay",
+    name="replay",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    summary="Run a terminal job again as a new job (replay_of set)",
+    responses={
+        status.HTTP_202_ACCEPTED: {
+            "description": "The NEW job's status; Location points at it.",
+            "headers": headers("Location", "Retry-After", "ETag"),
+        },
+        **problems(400, 403, 404, 409, 413, 415, 422),
+    },
+)
+async def replay(
+    job_id: uuid.UUID,
+    state: StateDep,
+    principal: OperatorPrincipal,
+    response: Response,
+    body: OperatorNote | None = None,
+) -> JobPublic:
+    bind_job(job_id)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.replay(
+            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+        )
+    public = await _answer(state, job_id, outcome, response)
+    response.headers["Location"] = job_path(public.id)
+    return public
+
+
+@router.get(
+    "/queue",
+    name="queue",
+    response_model=QueuePublic,
+    summary="Per kind and state: count, oldest age, leases",
+    responses=problems(403),
+)
+async def queue(state: StateDep, principal: OperatorPrincipal) -> Any:
+    async with state.engine.connect() as conn:
+        lines = await reads.queue_view(conn, state.clock.now())
+    return QueuePublic(
+        lines=[
+            QueueLinePublic(
+                kind=line.kind,
+                kind_version=line.kind_version,
+                state=JobState(line.state),
+                count=line.count,
+                oldest_created_at=line.oldest_created_at,
+                oldest_age_seconds=line.oldest_age_seconds,
+                live_leases=line.live_leases,
+                expired_leases=line.expired_leases,
+            )
+            for line in lines
+        ]
+    )

@@ -1,0 +1,124 @@
+"""Results: the reference (``GET /v1/jobs/{id}/result``) and signed downloads.
+
+A result is served only when delivery is ``available``: partial or staged files are
+never downloadable. Each file gets its own signed URL bound to the job, its owner and
+the file name; the download route needs no API key (the token is the credential) and
+re-checks the delivery state, so an expired result answers 410 even with a valid URL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import FileResponse
+
+from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from app.api.errors import (
+    BadDownloadSignatureError,
+    DownloadGoneError,
+    ResultExpiredError,
+    ResultNotReadyError,
+)
+from app.api.reading import read_status_once
+from app.api.responses import problems, public_problems
+from app.api.schemas import DeliveryPublic, ResultFile, ResultPublic
+from app.db import reads
+from app.lifecycle import DeliveryState
+from app.signing import DownloadGrant, ExpiredDownloadTokenError, InvalidDownloadTokenError
+
+router = APIRouter(prefix="/v1", tags=["results"])
+
+
+@router.get(
+    "/jobs/{job_id}/result",
+    name="get",
+    response_model=ResultPublic,
+    summary="Read a job's result reference",
+    responses=problems(404, 409, 410, 422),
+)
+async def get_result(
+    job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal, request: Request
+) -> Any:
+    """200 only when delivery is ``available``; 409 names state and delivery otherwise."""
+    bind_job(job_id)
+    job, public = await read_status_once(state.engine, job_id, owner=visible_owner(principal))
+    delivery = public.delivery.state
+    if delivery == DeliveryState.EXPIRED:
+        raise ResultExpiredError(
+            "The result's retention passed; the job is still succeeded",
+            state=public.state.value,
+            delivery=delivery.value,
+        )
+    if delivery != DeliveryState.AVAILABLE:
+        raise ResultNotReadyError(
+            f"The job is {public.state.value} with delivery {delivery.value}",
+            state=public.state.value,
+            delivery=delivery.value,
+        )
+    signer = state.signer
+    base = str(request.base_url).rstrip("/")
+    expires = datetime.now(UTC) + timedelta(seconds=signer.ttl_seconds)
+    files = [
+        ResultFile(
+            name=entry["name"],
+            size=entry["size"],
+            sha256=entry["sha256"],
+            url=f"{base}/v1/downloads/"
+            + signer.sign(DownloadGrant(job.id, job.owner, entry["name"])),
+            url_expires_at=expires,
+        )
+        for entry in (job.result_ref or {}).get("files", [])
+    ]
+    return ResultPublic(
+        job_id=job.id,
+        delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
+        files=files,
+    )
+
+
+@router.get(
+    "/downloads/{token}",
+    name="download",
+    summary="Download one result file (signed URL; no API key)",
+    response_class=FileResponse,
+    responses={
+        200: {
+            "description": "The file's bytes.",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+        **public_problems(403, 410, 422),
+    },
+)
+async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep) -> FileResponse:
+    try:
+        grant = state.signer.verify(token)
+    except ExpiredDownloadTokenError:
+        raise BadDownloadSignatureError(
+            "The download link expired; read the result again"
+        ) from None
+    except InvalidDownloadTokenError:
+        raise BadDownloadSignatureError() from None
+    bind_job(grant.job_id)
+    async with state.engine.connect() as conn:
+        job = await reads.get_job(conn, grant.job_id, owner=grant.owner)
+    if job is None or DeliveryState(job.delivery_state) != DeliveryState.AVAILABLE:
+        raise DownloadGoneError("The result is no longer available")
+    listed = {entry["name"] for entry in (job.result_ref or {}).get("files", [])}
+    path = (
+        state.store.published_path(grant.owner, grant.job_id, grant.name)
+        if grant.name in listed
+        else None
+    )
+    if path is None:
+        raise DownloadGoneError("The file is no longer available")
+    return FileResponse(
+        path,
+        media_type="application/octet-stream",
+        filename=grant.name,
+        headers={"Cache-Control": "private, no-store"},
+    )

@@ -1,0 +1,29 @@
+"""What one API process holds for its lifetime (built in the app's lifespan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.metrics import ApiMetrics
+from app.api.notifier import JobChangeNotifier
+from app.clock import Clock
+from app.settings import Settings
+from app.signing import DownloadSigner
+from app.storage import FilesystemStore
+from app.transitions import Transitions
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    engine: AsyncEngine
+    clock: Clock
+    transitions: Transitions
+    notifier: JobChangeNotifier
+    signer: DownloadSigner
+    store: FilesystemStore
+    metrics: ApiMetrics
+    migration_heads: frozenset[str] = field(default_factory=frozenset)
+    draining: bool = False

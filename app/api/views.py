@@ -1,0 +1,136 @@
+"""Database rows -> public representations (status body, history item, result files)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from app.api.schemas import (
+    CancelPublic,
+    DeliveryPublic,
+    ErrorPublic,
+    HistoryItem,
+    JobLinks,
+    JobPublic,
+    ProgressPublic,
+    StagePublic,
+    WaitPublic,
+)
+from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+
+API_PREFIX = "/v1"
+
+
+def job_path(job_id: uuid.UUID) -> str:
+    return f"{API_PREFIX}/jobs/{job_id}"
+
+
+def _error(value: Mapping[str, Any] | None) -> ErrorPublic | None:
+    if not value:
+        return None
+    return ErrorPublic(
+        code=str(value.get("code", "error")),
+        message=str(value.get("message", "")),
+        retryable=bool(value.get("retryable", False)),
+    )
+
+
+def _cancel(value: Mapping[str, Any] | None) -> CancelPublic | None:
+    if not value:
+        return None
+    return CancelPublic.model_validate(
+        {"requested_at": value["requested_at"], "requested_by": value["requested_by"]}
+    )
+
+
+def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
+    """The status body of SPEC section 3 for one job row and its stage rows."""
+    state = JobState(job.state)
+    reason = Reason(job.reason)
+    delivery = DeliveryState(job.delivery_state)
+    active = state in ACTIVE_STATES
+    retrying = state == JobState.QUEUED and reason == Reason.RETRY
+    path = job_path(job.id)
+    wait = (
+        WaitPublic(deadline=job.wait_deadline_at, on_deadline=job.wait_on_deadline)
+        if state == JobState.WAITING and job.wait_deadline_at is not None
+        else None
+    )
+    return JobPublic(
+        id=job.id,
+        kind=job.kind,
+        kind_version=job.kind_version,
+        state=state,
+        reason=reason,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        finished_at=job.finished_at,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        next_attempt_at=job.available_at if retrying else None,
+        last_error=_error(job.last_error) if retrying or state == JobState.UNRESOLVED else None,
+        lease_expires_at=job.lease_expires_at if active else None,
+        heartbeat_at=job.heartbeat_at if active else None,
+        wait=wait,
+        progress=ProgressPublic(
+            stage=job.current_stage,
+            plan_revision=job.plan_revision,
+            stages=[
+                StagePublic(name=s.name, unit=s.unit, done=s.done, total=s.total) for s in stages
+            ],
+        ),
+        delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
+        error=_error(job.error),
+        cancel=_cancel(job.cancel),
+        replay_of=job.replay_of,
+        links=JobLinks(
+            self=path,
+            history=f"{path}/history",
+            events=f"{path}/events",
+            result=f"{path}/result" if delivery == DeliveryState.AVAILABLE else None,
+            cancel=None if is_terminal(state) else f"{path}/cancel",
+        ),
+    )
+
+
+def history_item(row: Any) -> HistoryItem:
+    return HistoryItem.model_validate(
+        {
+            "seq": row.seq,
+            "at": row.at,
+            "from": row.from_state,
+            "to": row.to_state,
+            "transition": row.transition,
+            "reason": row.reason,
+            "actor": row.actor,
+            "attempt": row.attempt_number,
+            "attempt_id": row.attempt_id,
+            "event_id": row.event_id,
+            "note": row.note,
+        }
+    )
+
+
+def etag(version: int) -> str:
+    return f'W/"{version}"'
+
+
+def etag_matches(header: str | None, version: int) -> bool:
+    """``If-None-Match`` semantics with weak comparison (RFC 9110 section 13.1.2)."""
+    if not header:
+        return False
+    if header.strip() == "*":
+        return True
+    wanted = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return f'"{version}"' in wanted
+
+
+def retry_after_seconds(state: JobState, next_attempt_at: datetime | None, now: datetime) -> int:
+    """A polite polling interval for a job that is not terminal yet."""
+    if state == JobState.QUEUED and next_attempt_at is not None:
+        return max(1, min(60, int((next_attempt_at - now).total_seconds()) + 1))
+    if state in {JobState.WAITING, JobState.UNRESOLVED}:
+        return 30
+    return 2

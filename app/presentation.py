@@ -1,0 +1,118 @@
+"""Client presentation (SPEC section 5): ONE function from (status, observation) to the
+visible label and whether a result link is shown.
+
+The label names the stage and its counts -- never a percentage or an ETA, because units
+of different stages cost different amounts. Observation is the *client's* view of its
+own reads: ``stale`` means "we could not read lately", never "the job failed".
+Used by ``atlas-jobs watch`` and by any page that shows a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+
+class Observation(StrEnum):
+    """How fresh the client's knowledge of the job is (client-side only)."""
+
+    FRESH = "fresh"
+    STALE = "stale"
+    UNKNOWN = "unknown"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Presentation:
+    label: str
+    show_result_link: bool
+
+
+STALE_AFTER_SECONDS: Final = 10.0
+"""A watcher with no successful read for this long shows ``stale``."""
+
+# Stage name -> (verb, whether the unit is spoken). "Building tiles: 2 of 6" already
+# names the unit in the verb; "Validating: 3 of 4 checks" names it after the counts.
+_STAGE_WORDING: Final[Mapping[str, tuple[str, bool]]] = {
+    "validate": ("Validating", True),
+    "build": ("Building tiles", False),
+    "package": ("Packaging", False),
+}
+_PUBLISH_STAGES: Final = frozenset({"publish", "publishing"})
+
+
+def _stage_label(progress: Mapping[str, Any]) -> str:
+    stage = progress.get("stage")
+    if not stage:
+        return "Starting"
+    if stage in _PUBLISH_STAGES:
+        return "Publishing"
+    stages = {s["name"]: s for s in progress.get("stages", [])}
+    verb, speak_unit = _STAGE_WORDING.get(stage, (str(stage).replace("_", " ").capitalize(), True))
+    current = stages.get(stage)
+    if current is None:
+        return verb
+    counts = f"{current['done']} of {current['total']}"
+    if speak_unit:
+        counts += f" {current['unit']}"
+    label = f"{verb}: {counts}"
+    if stage == "build" and int(progress.get("plan_revision", 0)) > 1:
+        label += "; plan expanded"
+    return label
+
+
+def _message(error: Mapping[str, Any] | None, fallback: str) -> str:
+    if error and error.get("message"):
+        return str(error["message"])
+    return fallback
+
+
+def present(
+    status: Mapping[str, Any] | None,
+    observation: Observation,
+    *,
+    seconds_since_read: float | None = None,
+) -> Presentation:
+    """The visible label and link for a job status (the API's JSON) as observed."""
+    if observation == Observation.STOPPED:
+        return Presentation("Stopped watching; the job continues", False)
+    if status is None or observation == Observation.UNKNOWN:
+        return Presentation("Status unknown — connecting", False)
+    if observation == Observation.STALE:
+        age = int(seconds_since_read or STALE_AFTER_SECONDS)
+        return Presentation(f"Last update {age} s ago — reconnecting", False)
+
+    state = status.get("state")
+    reason = status.get("reason")
+    delivery = (status.get("delivery") or {}).get("state")
+    if state == "queued":
+        labels = {
+            "retry": "Queued; retrying after an error",
+            "resumed": "Queued; resumed by an operator",
+            "review_approved": "Queued; review approved",
+        }
+        return Presentation(labels.get(str(reason), "Queued"), False)
+    if state == "running":
+        return Presentation(_stage_label(status.get("progress") or {}), False)
+    if state == "waiting":
+        if reason == "review":
+            return Presentation("Waiting for review", False)
+        return Presentation("Waiting for an external event", False)
+    if state == "unresolved":
+        why = _message(status.get("last_error"), str(reason or "").replace("_", " "))
+        return Presentation(f"Needs attention: {why}", False)
+    if state == "cancel_requested":
+        return Presentation("Cancellation requested", False)
+    if state == "succeeded":
+        if delivery == "available":
+            return Presentation("Ready — download", True)
+        if delivery == "expired":
+            return Presentation("Finished; result expired", False)
+        return Presentation("Finished", False)
+    if state == "failed":
+        return Presentation(f"Failed: {_message(status.get('error'), 'unknown error')}", False)
+    if state == "canceled":
+        return Presentation("Canceled", False)
+    return Presentation(f"Unknown state {state!r}", False)

@@ -1,0 +1,72 @@
+"""The migration's trigger announces changes, so no writer can forget to.
+
+``atlas_job_changed`` carries the job id on every insert and every version bump (status
+readers holding ``Prefer: wait`` wake up); ``atlas_work`` carries the kind whenever a job
+becomes queued (idle workers wake up). Heartbeats do not bump the version and must stay
+silent. Notifications arrive in commit order, so a later change is a sentinel: once it
+has arrived, everything before it has too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import libpq_url
+from app.lifecycle import JobState
+from app.transitions import Transitions, error_doc
+from tests.factory import CLIENT, WORKER, JobFactory
+
+Heard = list[tuple[str, str]]
+
+
+@pytest.fixture
+async def heard(database_url: str) -> AsyncIterator[Heard]:
+    conn = await asyncpg.connect(libpq_url(database_url))
+    got: Heard = []
+
+    def listen(_: object, __: int, channel: str, payload: str) -> None:
+        got.append((channel, payload))
+
+    for channel in ("atlas_job_changed", "atlas_work"):
+        await conn.add_listener(channel, listen)
+    yield got
+    await conn.close()
+
+
+async def until_heard(heard: Heard, item: tuple[str, str], times: int) -> None:
+    for _ in range(1000):
+        if heard.count(item) >= times:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never heard {item} {times} times; heard {heard}")
+
+
+async def test_changes_and_new_work_are_announced(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory, heard: Heard
+) -> None:
+    made = await jobs.make(JobState.RUNNING)
+    assert made.attempt_id is not None
+    job = str(made.id)
+    async with engine.begin() as conn:
+        assert await transitions.heartbeat(conn, made.id, made.attempt_id) == JobState.RUNNING
+    async with engine.begin() as conn:
+        error = error_doc("flaky", "again", retryable=True)
+        await transitions.retry_later(
+            conn, made.id, made.attempt_id, error=error, delay_seconds=0, actor=WORKER
+        )
+    async with engine.begin() as conn:
+        await transitions.request_cancel(conn, made.id, actor=CLIENT)  # the sentinel
+    await until_heard(heard, ("atlas_job_changed", job), 4)
+    assert heard == [
+        ("atlas_job_changed", job),  # created
+        ("atlas_work", made.kind),  # ... and queued
+        ("atlas_job_changed", job),  # claimed (the heartbeat after it is silent)
+        ("atlas_job_changed", job),  # back to queued for a retry
+        ("atlas_work", made.kind),
+        ("atlas_job_changed", job),  # canceled
+    ]

@@ -1,0 +1,126 @@
+"""The lifecycle tables agree with themselves and with SPEC section 1.
+
+``app.lifecycle`` is the one place that decides which moves are legal, so its tables
+must be closed: every named transition moves along an edge of the SPEC table, every
+edge is reachable through some named transition, and terminal states stay terminal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from app.lifecycle import (
+    ACTIVE_STATES,
+    DELIVERY_DOCS,
+    DELIVERY_MOVES,
+    EDGES,
+    STATE_DOCS,
+    STATE_REASONS,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    DeliveryState,
+    JobState,
+    Reason,
+)
+from app.transitions import _default_reason
+
+NAMED_MOVES = {
+    (name, source, target) for name, t in TRANSITIONS.items() for source, target in t.moves.items()
+}
+
+
+def test_every_named_move_is_an_edge_of_the_table() -> None:
+    strays = {(name, s, t) for name, s, t in NAMED_MOVES if (s, t) not in EDGES}
+    assert strays == set()
+
+
+def test_every_edge_is_produced_by_some_named_transition() -> None:
+    produced = {(s, t) for _, s, t in NAMED_MOVES}
+    assert EDGES - produced == set()
+
+
+def test_terminal_states_only_allow_result_expiry() -> None:
+    """Terminal states never change; expiring a result keeps ``succeeded`` as it is."""
+    leaving = {(name, s, t) for name, s, t in NAMED_MOVES if s in TERMINAL_STATES}
+    assert leaving == {("expire_result", JobState.SUCCEEDED, JobState.SUCCEEDED)}
+    edges_out = {(s, t) for s, t in EDGES if s in TERMINAL_STATES}
+    assert edges_out <= {(JobState.SUCCEEDED, JobState.SUCCEEDED)}
+
+
+def test_only_creation_and_replay_start_a_job() -> None:
+    starters = {name for name, s, _ in NAMED_MOVES if s is None}
+    assert starters == {"create", "replay"}
+    assert {t for name, s, t in NAMED_MOVES if s is None} == {JobState.QUEUED}
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_every_state_has_a_doc_and_reasons(state: JobState) -> None:
+    assert STATE_DOCS[state].strip()
+    assert STATE_REASONS[state]
+
+
+def test_docs_and_reasons_cover_exactly_the_vocabularies() -> None:
+    assert set(STATE_DOCS) == set(JobState)
+    assert set(STATE_REASONS) == set(JobState)
+    assert set(DELIVERY_DOCS) == set(DeliveryState)
+    assert all(doc.strip() for doc in DELIVERY_DOCS.values())
+    used = set().union(*STATE_REASONS.values())
+    assert used == set(Reason), "every reason belongs to at least one state"
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_default_reason_is_allowed_for_its_state(state: JobState) -> None:
+    assert _default_reason(state) in STATE_REASONS[state]
+
+
+def test_fenced_transitions_start_where_a_worker_holds_the_lease() -> None:
+    fenced = [t for t in TRANSITIONS.values() if t.fenced]
+    assert fenced, "worker moves are fenced by the attempt id"
+    for t in fenced:
+        assert t.sources <= ACTIVE_STATES, t.name
+    assert not ACTIVE_STATES & TERMINAL_STATES
+
+
+def test_claim_is_the_only_way_into_running() -> None:
+    into_running = {name for name, s, t in NAMED_MOVES if t == JobState.RUNNING and s != t}
+    assert into_running == {"claim"}
+
+
+def _reachable(start: JobState | None) -> set[JobState]:
+    seen: set[JobState] = set()
+    todo: deque[JobState | None] = deque([start])
+    while todo:
+        here = todo.popleft()
+        for s, t in EDGES:
+            if s == here and t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_every_state_is_reachable_from_creation() -> None:
+    assert _reachable(None) == set(JobState)
+
+
+@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL_STATES))
+def test_no_live_state_is_a_dead_end(state: JobState) -> None:
+    """Every non-terminal state can still reach a terminal one: nothing is stuck."""
+    assert _reachable(state) & TERMINAL_STATES
+
+
+def test_delivery_moves_start_from_none_and_end_in_absorbing_states() -> None:
+    reachable = {DeliveryState.NONE}
+    frontier = [DeliveryState.NONE]
+    while frontier:
+        here = frontier.pop()
+        for s, t in DELIVERY_MOVES:
+            if s == here and t not in reachable:
+                reachable.add(t)
+                frontier.append(t)
+    assert reachable == set(DeliveryState)
+    sources = {s for s, _ in DELIVERY_MOVES}
+    assert DeliveryState.EXPIRED not in sources
+    assert DeliveryState.BLOCKED not in sources
+    assert (DeliveryState.AVAILABLE, DeliveryState.BLOCKED) not in DELIVERY_MOVES

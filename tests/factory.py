@@ -38,9 +38,7 @@ class JobFactory:
 
     async def row(self, job_id: uuid.UUID) -> Any:
         async with self.engine.connect() as conn:
-            return (
-                await conn.execute(select(jobs_table).where(jobs_table.c.id == job_id))
-            ).one()
+            return (await conn.execute(select(jobs_table).where(jobs_table.c.id == job_id))).one()
 
     async def make(
         self,

@@ -36,6 +36,16 @@ class Settings(BaseSettings):
     log_format: str = Field(default="console", pattern="^(console|json)$")
     log_level: str = Field(default="INFO")
     db_pool_size: int = Field(default=10, gt=0)
+    admission_max_active_per_owner: int | None = Field(
+        default=10_000,
+        gt=0,
+        description="New jobs get 429 while the owner has this many unfinished jobs.",
+    )
+    admission_max_queue_age_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="New jobs get 503 while the oldest claimable job waited longer than this.",
+    )
 
     @property
     def results_dir(self) -> Path:

@@ -183,6 +183,13 @@ def upgrade() -> None:
     op.create_index(
         "ix_jobs_owner_seq", "jobs", ["owner", sa.literal_column("seq DESC")], unique=False
     )
+    op.create_index(
+        "ix_jobs_owner_active",
+        "jobs",
+        ["owner"],
+        unique=False,
+        postgresql_where=sa.text("state NOT IN ('canceled', 'failed', 'succeeded')"),
+    )
     op.create_index("ix_jobs_replay_of", "jobs", ["replay_of"], unique=False)
     op.create_index(
         "ix_jobs_wait_deadline",
@@ -343,6 +350,7 @@ def downgrade() -> None:
     )
     op.drop_index("ix_jobs_replay_of", table_name="jobs")
     op.drop_index("ix_jobs_owner_seq", table_name="jobs")
+    op.drop_index("ix_jobs_owner_active", table_name="jobs")
     op.drop_index(
         "ix_jobs_lease_expiry",
         table_name="jobs",

@@ -160,6 +160,20 @@ class HttpError(ApiError):
         self.status = status
 
 
+class TooManyActiveJobsError(ApiError):
+    status, slug, title = 429, "too-many-active-jobs", "Too many unfinished jobs for this owner"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
+class QueueBackedUpError(ApiError):
+    status, slug, title = 503, "queue-backed-up", "The queue is backed up; try again later"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
 class NotReadyError(ApiError):
     status, slug, title = 503, "not-ready", "The service is not ready"
 

@@ -7,7 +7,8 @@ One transaction per request:
    rather than queueing behind it.
 2. With the lock: an ``idempotency_keys`` row with the same fingerprint returns the
    existing job (replayed); another fingerprint is 422.
-3. Otherwise create the job through :class:`~app.transitions.Transitions` and insert the
+3. Otherwise admission control (:mod:`app.api.admission`; 429/503 + Retry-After),
+   then create the job through :class:`~app.transitions.Transitions` and insert the
    key row, then commit. The 202 is sent only after the commit: never a 202 without a
    durable job.
 """
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.admission import check_admission
 from app.api.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
@@ -35,6 +37,7 @@ from app.api.schemas import JobCreateBase
 from app.apikeys import Principal
 from app.db.schema import idempotency_keys, jobs
 from app.kinds import KINDS, KindSpec
+from app.settings import Settings
 from app.transitions import Actor, NewJob, Transitions
 
 
@@ -77,6 +80,7 @@ async def create_job(
     *,
     idempotency_key: str | None,
     request_id: str | None,
+    settings: Settings,
 ) -> Created:
     spec, normalized = validated_input(body)
     new = NewJob(
@@ -92,6 +96,9 @@ async def create_job(
     actor = Actor("client", principal.owner)
     async with engine.begin() as conn:
         if idempotency_key is None:
+            await check_admission(
+                conn, owner=principal.owner, settings=settings, clock=transitions.clock
+            )
             return Created((await transitions.create(conn, new, actor=actor)).job, False)
         scope = principal.owner + ":" + idempotency_key
         locked = await conn.scalar(
@@ -119,6 +126,9 @@ async def create_job(
             if job is None:  # pragma: no cover - the key row cascades with its job
                 raise JobNotFoundError()
             return Created(job, True)
+        await check_admission(
+            conn, owner=principal.owner, settings=settings, clock=transitions.clock
+        )
         created = await transitions.create(conn, new, actor=actor)
         await conn.execute(
             insert(idempotency_keys).values(

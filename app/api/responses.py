@@ -16,7 +16,8 @@ PROBLEM_DESCRIPTIONS: dict[int, str] = {
     413: "The request body is too large.",
     415: "The body is not application/json.",
     422: "The request does not validate.",
-    503: "Not ready.",
+    429: "Admission refused: too many unfinished jobs for this owner (see Retry-After).",
+    503: "Not ready, or admission refused because the queue is backed up (see Retry-After).",
 }
 
 HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -57,7 +58,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         entry: dict[str, Any] = {"model": Problem, "description": PROBLEM_DESCRIPTIONS[code]}
         if code == 401:
             entry["headers"] = headers("WWW-Authenticate")
-        if code == 409 or code == 503:
+        if code in {409, 429, 503}:
             entry["headers"] = headers("Retry-After")
         declared[code] = entry
     return declared

@@ -167,6 +167,12 @@ Index(
 )
 # Status listings: the caller's jobs, newest first, cursor on seq.
 Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq.desc())
+# Admission control counts an owner's unfinished jobs without touching finished ones.
+Index(
+    "ix_jobs_owner_active",
+    jobs.c.owner,
+    postgresql_where=jobs.c.state.not_in(sorted(s.value for s in TERMINAL_STATES)),
+)
 # The retention sweeper finds results to expire.
 Index(
     "ix_jobs_delivery_expiry",

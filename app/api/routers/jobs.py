@@ -63,7 +63,7 @@ def request_id() -> str | None:
             "description": "Accepted and durable. Poll the Location.",
             "headers": headers("Location", "Retry-After", "ETag", "Idempotency-Replayed"),
         },
-        **problems(400, 409, 413, 415, 422),
+        **problems(400, 409, 413, 415, 422, 429, 503),
     },
 )
 async def create(
@@ -81,6 +81,7 @@ async def create(
         body,
         idempotency_key=idempotency_key,
         request_id=request_id(),
+        settings=state.settings,
     )
     bind_job(created.job.id)
     async with state.engine.connect() as conn:

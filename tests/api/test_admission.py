@@ -1,0 +1,88 @@
+"""Admission control on POST /v1/jobs: 429 per owner, 503 by queue age, both with
+Retry-After and a problem body; an idempotent replay is never refused."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.api.main import create_app
+from app.clock import Clock
+from app.settings import Settings
+from tests.api.conftest import SIGNING_SECRET
+from tests.api.support import BUNDLE_INPUT, Keys
+
+BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
+
+
+async def client_for(settings: Settings, clock: Clock) -> AsyncIterator[httpx.AsyncClient]:
+    application = create_app(settings, clock=clock)
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://atlas.test") as http:
+            yield http
+
+
+@pytest.fixture
+async def limited(
+    database_url: str, data_dir: Path, clock: Clock
+) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(
+        DATABASE_URL=database_url,
+        data_dir=data_dir,
+        signing_secret=SIGNING_SECRET,
+        admission_max_active_per_owner=2,
+        admission_max_queue_age_seconds=60,
+    )
+    async for http in client_for(settings, clock):
+        yield http
+
+
+def assert_refused(answer: httpx.Response, status: int, slug: str) -> None:
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["type"].endswith(slug)
+    assert int(answer.headers["retry-after"]) >= 1
+
+
+async def test_owner_over_the_limit_gets_429_others_do_not(
+    limited: httpx.AsyncClient, keys: Keys
+) -> None:
+    first = await limited.post("/v1/jobs", json=BUNDLE, headers={**keys.a, "Idempotency-Key": "k1"})
+    assert first.status_code == 202
+    assert (await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a)).status_code == 202
+
+    refused = await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a)
+    assert_refused(refused, 429, "too-many-active-jobs")
+    listed = await limited.get("/v1/jobs", headers=keys.a)
+    assert len(listed.json()["items"]) == 2, "a refused request stores nothing"
+
+    # Replaying an accepted request creates nothing, so it is never refused.
+    replay = await limited.post(
+        "/v1/jobs", json=BUNDLE, headers={**keys.a, "Idempotency-Key": "k1"}
+    )
+    assert replay.status_code == 202
+    assert replay.headers["idempotency-replayed"] == "true"
+    assert replay.json()["id"] == first.json()["id"]
+
+    # Another owner has its own budget; a finished job frees a place.
+    assert (await limited.post("/v1/jobs", json=BUNDLE, headers=keys.b)).status_code == 202
+    canceled = await limited.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=keys.a)
+    assert canceled.json()["state"] == "canceled"
+    assert (await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a)).status_code == 202
+
+
+async def test_a_backed_up_queue_gets_503_until_it_drains(
+    limited: httpx.AsyncClient, keys: Keys, clock: Clock
+) -> None:
+    waiting = await limited.post("/v1/jobs", json=BUNDLE, headers=keys.b)
+    assert waiting.status_code == 202
+    clock.advance(61)  # the oldest claimable job has now waited past the limit
+    assert_refused(
+        await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a), 503, "queue-backed-up"
+    )
+    await limited.post(f"/v1/jobs/{waiting.json()['id']}/cancel", headers=keys.b)
+    assert (await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a)).status_code == 202

@@ -1,11 +1,12 @@
 """Wake readers when a job changes: one LISTEN connection per API process.
 
-The database trigger ``atlas_notify_job_change`` sends ``atlas_job_changed`` with the
-job id after every commit that bumps ``jobs.version``. ``Prefer: wait`` reads and event
-streams subscribe to a job id here and sleep until a notification (or their timeout)
-arrives -- no polling loop against the database. If the LISTEN connection drops, every
-subscriber is woken (each re-reads and goes back to sleep) and the listener reconnects;
-timeouts still bound every wait, so a lost notification costs latency, never a hang.
+The database triggers send ``atlas_job_changed`` with the ids of the jobs a statement
+changed (comma-separated) after every commit that bumps ``jobs.version``.
+``Prefer: wait`` reads and event streams subscribe to a job id here and sleep until a
+notification (or their timeout) arrives -- no polling loop against the database. If the
+LISTEN connection drops, every subscriber is woken (each re-reads and goes back to
+sleep) and the listener reconnects; timeouts still bound every wait, so a lost
+notification costs latency, never a hang.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ class JobChangeNotifier:
                     del self._subscribers[key]
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        for subscription in list(self._subscribers.get(payload, ())):
-            subscription.notify()
+        # The trigger batches the ids a statement changed: "id1,id2,...".
+        for job_id in payload.split(","):
+            for subscription in list(self._subscribers.get(job_id, ())):
+                subscription.notify()
 
     def _wake_all(self) -> None:
         for subscriptions in list(self._subscribers.values()):

@@ -70,3 +70,34 @@ async def test_changes_and_new_work_are_announced(
         ("atlas_work", made.kind),
         ("atlas_job_changed", job),  # canceled
     ]
+
+
+async def test_one_statement_announces_its_jobs_in_one_batched_payload(
+    engine: AsyncEngine, transitions: Transitions, heard: Heard
+) -> None:
+    """A claim of several jobs is one notification whose payload lists every job id."""
+    from app.transitions import NewJob
+
+    new = NewJob(
+        owner="alice",
+        kind="test.batched",
+        kind_version=1,
+        input={},
+        max_attempts=3,
+        max_elapsed_seconds=60,
+    )
+    async with engine.begin() as conn:
+        created = [(await transitions.create(conn, new, actor=CLIENT)).job.id for _ in range(3)]
+    async with engine.begin() as conn:
+        claimed = await transitions.claim(
+            conn, worker_id="w-batch", handlers=["test.batched@1"], limit=10
+        )
+    assert {row.id for row in claimed} == set(created)
+    expected = {str(job_id) for job_id in created}
+    for _ in range(1000):
+        batched = [p for c, p in heard if c == "atlas_job_changed" and "," in p]
+        if batched:
+            break
+        await asyncio.sleep(0.005)
+    assert len(batched) == 1, heard
+    assert set(batched[0].split(",")) == expected

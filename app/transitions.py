@@ -1034,6 +1034,45 @@ class Transitions:
             )
         raise ValueError(f"unknown operator decision {decision!r}")
 
+    async def pass_deadline(self, conn: AsyncConnection, job_id: uuid.UUID) -> Outcome:
+        """A waiting job's deadline passed: apply its rule -- ``fail`` (``failed``,
+        reason ``deadline_passed``) or ``escalate`` (``unresolved``, an operator decides)."""
+        row = (
+            await conn.execute(
+                select(
+                    jobs.c.state,
+                    jobs.c.wait_on_deadline,
+                    (jobs.c.wait_deadline_at <= self.clock.now()).label("passed"),
+                )
+                .where(jobs.c.id == job_id)
+                .with_for_update()
+            )
+        ).first()
+        if row is None:
+            return Rejected("deadline_fail", RejectReason.NOT_FOUND)
+        if row.state != JobState.WAITING.value or not row.passed:
+            return Rejected("deadline_fail", RejectReason.ILLEGAL, JobState(row.state))
+        error = error_doc("deadline_passed", "the wait's deadline passed", retryable=False)
+        if row.wait_on_deadline == "escalate":
+            return await self._move(
+                conn,
+                "deadline_escalate",
+                job_id,
+                actor=SYSTEM_SWEEPER,
+                reason=Reason.DEADLINE_ESCALATED,
+                values={"last_error": {**error, "retryable": True}},
+                data={"error": error},
+            )
+        return await self._move(
+            conn,
+            "deadline_fail",
+            job_id,
+            actor=SYSTEM_SWEEPER,
+            reason=Reason.DEADLINE_PASSED,
+            values={"error": error},
+            data={"error": error},
+        )
+
     async def approve(
         self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
     ) -> Outcome:

@@ -5,6 +5,8 @@
   removed. Marking first means no reader is ever handed a reference to removed files;
   a crash in between leaves unreachable files that a later pass cannot see -- a leak,
   never a broken link.
+* Waiting jobs whose deadline passed get their rule applied: ``fail`` or ``escalate``
+  (to ``unresolved``, for an operator).
 * Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
   jobs, leftovers of a stale attempt) are removed. The staging directory listing is
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.queries import EXPIRED_RESULTS
+from app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
 from app.db.schema import jobs
 from app.lifecycle import TERMINAL_STATES
 from app.logs import get_logger
@@ -33,6 +35,7 @@ log = get_logger("atlas.worker.sweeper")
 class SweepReport:
     expired: int
     cleaned: int
+    deadlines: int = 0
 
 
 class Sweeper:
@@ -56,7 +59,32 @@ class Sweeper:
             expired += moved
             if seen < self.batch_size:
                 break
-        return SweepReport(expired=expired, cleaned=await self._clean_staging())
+        deadlines = 0
+        while True:
+            passed, seen = await self._deadline_batch()
+            deadlines += passed
+            if seen < self.batch_size:
+                break
+        return SweepReport(
+            expired=expired, cleaned=await self._clean_staging(), deadlines=deadlines
+        )
+
+    async def _deadline_batch(self) -> tuple[int, int]:
+        t = self.transitions
+        async with self.engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    EXPIRED_WAITS,
+                    {"limit": self.batch_size, "offset_seconds": t.clock.offset.total_seconds()},
+                )
+            ).all()
+            passed = 0
+            for row in rows:
+                outcome = await t.pass_deadline(conn, row.id)
+                if isinstance(outcome, Applied):
+                    passed += 1
+                    log.info("wait.deadline_passed", job_id=str(row.id), to=outcome.to_state)
+        return passed, len(rows)
 
     async def _expire_batch(self) -> tuple[int, int]:
         t = self.transitions

@@ -185,3 +185,15 @@ WITH done AS (
 )
 SELECT id FROM published
 """)
+
+# expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the
+# sweeper, which applies each job's rule (fail or escalate to unresolved).
+EXPIRED_WAITS = text(f"""
+SELECT id
+  FROM jobs
+ WHERE state = '{JobState.WAITING.value}'
+   AND wait_deadline_at <= {_NOW}
+ ORDER BY wait_deadline_at
+ LIMIT :limit
+   FOR UPDATE SKIP LOCKED
+""")

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
-from app.db.schema import attempts
-from app.lifecycle import DeliveryState, JobState
+from app.db.schema import attempts, job_history
+from app.lifecycle import DeliveryState, JobState, Reason
 from app.storage import FilesystemStore
 from app.transitions import Actor, Transitions
 from tests.factory import JobFactory
@@ -215,3 +215,45 @@ async def test_publish_many_is_fenced_and_writes_history_and_attempts(
         )
         assert last.attempt_id == made.attempt_id
     assert (await jobs.row(stale.id)).state == "running"
+
+
+async def test_sweeper_applies_each_waiting_jobs_deadline_rule(
+    engine: AsyncEngine, clock: Clock, transitions: Transitions, jobs: JobFactory, data_dir: Path
+) -> None:
+    """SPEC: a waiting job always has a deadline and what happens when it passes."""
+    fails = await jobs.make(JobState.RUNNING)
+    escalates = await jobs.make(JobState.RUNNING)
+    for made, rule in ((fails, "fail"), (escalates, "escalate")):
+        assert made.attempt_id is not None
+        async with engine.begin() as conn:
+            waited = await transitions.wait(
+                conn,
+                made.id,
+                made.attempt_id,
+                reason=Reason.EXTERNAL,
+                deadline_seconds=30,
+                on_deadline=rule,
+                actor=WORKER,
+            )
+        assert waited.ok
+    sweeper = Sweeper(engine, transitions, FilesystemStore(data_dir / "results"))
+
+    assert (await sweeper.run_once()).deadlines == 0  # not yet
+    clock.advance(31)
+    assert (await sweeper.run_once()).deadlines == 2
+    assert (await sweeper.run_once()).deadlines == 0  # each rule applies once
+
+    failed, unresolved = await jobs.row(fails.id), await jobs.row(escalates.id)
+    assert (failed.state, failed.reason) == ("failed", "deadline_passed")
+    assert failed.error["code"] == "deadline_passed"
+    assert (unresolved.state, unresolved.reason) == ("unresolved", "deadline_escalated")
+    assert unresolved.wait_deadline_at is None
+    async with engine.connect() as conn:
+        moves = {
+            (r.transition, r.from_state, r.to_state, r.actor)
+            for r in await conn.execute(
+                select(job_history).where(job_history.c.job_id.in_([fails.id, escalates.id]))
+            )
+        }
+    assert ("deadline_fail", "waiting", "failed", "system:sweeper") in moves
+    assert ("deadline_escalate", "waiting", "unresolved", "system:sweeper") in moves

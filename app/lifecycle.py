@@ -108,6 +108,10 @@ STATE_REASONS: Final = MappingProxyType(
 )
 
 
+CANCEL_TOO_LATE: Final = "cancel_too_late"
+"""History reason of a cancel that found the job terminal: recorded, changes nothing."""
+
+
 class DeliveryState(StrEnum):
     """Where the result stands. Partial and staged files are never downloadable."""
 

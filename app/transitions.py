@@ -39,6 +39,7 @@ from app.clock import Clock
 from app.db.schema import attempts, job_checkpoints, job_history, job_stages, jobs
 from app.lifecycle import (
     ACTIVE_STATES,
+    CANCEL_TOO_LATE,
     DELIVERY_MOVES,
     TERMINAL_STATES,
     AttemptOutcome,
@@ -883,7 +884,7 @@ class Transitions:
                     transition="request_cancel",
                     from_state=outcome.current.value,
                     to_state=outcome.current.value,
-                    reason="cancel_too_late",
+                    reason=CANCEL_TOO_LATE,
                     actor=str(actor),
                     event_id=request_id,
                     note=f"cancel arrived after the job was {outcome.current.value}",

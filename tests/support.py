@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
@@ -80,3 +85,57 @@ def server_from_environment(data_dir: Path) -> tuple[Server, bool]:
     already = (pgdata / "postmaster.pid").exists()
     server = embedded.ensure_running(data_dir)
     return Server(server.url("postgres")), not already
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def atlas_process(
+    args: list[str], *, env: dict[str, str], log_path: Path, ready_url: str, timeout: float = 60
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m app.cli ARGS`` in its own session, until ``ready_url`` answers 200.
+
+    At exit the whole process group gets SIGTERM (then SIGKILL after 10 s), so a test
+    leaves nothing behind whatever happened."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{args} exited early:\n{log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(ready_url, timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{args} never became ready:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        stop_process_group(process)
+
+
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -3,13 +3,9 @@ on one fresh database, driven only over HTTP."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,8 +14,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.apikeys import Role, create_key
-from tests.api.support import free_port
-from tests.support import REPO
+from tests.support import atlas_process, free_port
 from tests.workers.procs import Fleet, WorkerSettings
 
 
@@ -40,45 +35,6 @@ class Service:
 
     def logs(self) -> str:
         return self.api_log.read_text(errors="replace") + "\n" + self.fleet.logs()
-
-
-@contextmanager
-def _api_process(
-    env: dict[str, str], log_path: Path
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"API exited early:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("API did not become ready")
-            time.sleep(0.1)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 ServiceFactory = Callable[..., Service]
@@ -109,7 +65,16 @@ async def service(
             fleet = Fleet(database_url, data_dir, settings, {"ATLAS_SIGNING_SECRET": SECRET})
             stack.callback(fleet.close)
             log_path = tmp_path / "api.log"
-            url, process = stack.enter_context(_api_process(fleet.env(), log_path))
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            process = stack.enter_context(
+                atlas_process(
+                    ["api", "--port", str(port)],
+                    env=fleet.env(),
+                    log_path=log_path,
+                    ready_url=f"{url}/readyz",
+                )
+            )
             fleet.start("seed-worker", concurrency=2)
             return Service(url, key, fleet, process, log_path)
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.api.support import free_port
-from tests.support import REPO
+from tests.support import REPO, atlas_process, free_port
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> str:
@@ -53,28 +52,11 @@ def test_embedded_default_serves_until_stopped(tmp_path: Path) -> None:
         key = cli("keys", "create", "--owner", "alice", "--role", "client", env=env).strip()
         key = key.splitlines()[-1].strip()
 
-        log = (tmp_path / "serve.log").open("wb")
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
         base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "serve never became ready"
-                time.sleep(0.2)
-
+        log_path = tmp_path / "serve.log"
+        with atlas_process(
+            ["serve", "--port", str(port)], env=env, log_path=log_path, ready_url=f"{base}/readyz"
+        ) as serve:
             auth = {"Authorization": f"Bearer {key}"}
             created = httpx.post(
                 f"{base}/v1/jobs",
@@ -92,15 +74,10 @@ def test_embedded_default_serves_until_stopped(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, f"job stuck in {state}"
                 time.sleep(0.2)
             assert serve.poll() is None, "serve must stay up"
-        finally:
+
             os.killpg(serve.pid, signal.SIGTERM)
-            try:
-                code = serve.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(serve.pid, signal.SIGKILL)
-                raise
-            log.close()
-        assert code == 0, (tmp_path / "serve.log").read_text()
+            code = serve.wait(timeout=30)
+        assert code == 0, log_path.read_text()
     finally:
         cli("db", "stop", env=env)
     assert not (data_dir / "pg" / "postmaster.pid").exists()

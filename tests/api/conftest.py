@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +17,8 @@ from app.api.main import create_app
 from app.clock import Clock
 from app.settings import Settings
 from app.transitions import Transitions
-from tests.api.support import Driver, Keys, free_port, make_keys
-from tests.support import REPO
+from tests.api.support import Driver, Keys, make_keys
+from tests.support import atlas_process, free_port
 
 SIGNING_SECRET = "test-signing-secret-not-for-production"
 
@@ -71,20 +68,6 @@ class LiveApi:
         return self.log_path.read_text(errors="replace")
 
 
-def _wait_live(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"API exited early:\n{log_path.read_text(errors='replace')}")
-        try:
-            if httpx.get(f"{url}/livez", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"API did not become live:\n{log_path.read_text(errors='replace')}")
-
-
 @pytest.fixture
 def live_api(database_url: str, data_dir: Path, tmp_path: Path) -> Iterator[LiveApi]:
     """``python -m app.cli api --port <free>`` against this test's database."""
@@ -101,24 +84,7 @@ def live_api(database_url: str, data_dir: Path, tmp_path: Path) -> Iterator[Live
         "ATLAS_MAX_BODY_BYTES": str(64 * 1024),
         "ATLAS_SHUTDOWN_GRACE_SECONDS": "1",
     }
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_live(url, process, log_path)
+    args = ["api", "--port", str(port)]
+    with atlas_process(args, env=env, log_path=log_path, ready_url=f"{url}/livez") as process:
         yield LiveApi(url, process, log_path)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()

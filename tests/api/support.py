@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,13 +60,6 @@ async def make_keys(engine: AsyncEngine) -> Keys:
             operator=await create_key(conn, owner="ops", roles=[Role.OPERATOR, Role.CLIENT]),
             reviewer=await create_key(conn, owner="rita", roles=[Role.REVIEWER]),
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Driver:

@@ -48,6 +48,15 @@ class Server:
     """The PostgreSQL server the suite runs against (embedded unless DATABASE_URL)."""
 
     admin_url: str  # SQLAlchemy URL of a maintenance database
+    embedded_data_dir: Path | None = None  # set when this suite runs the embedded server
+
+    def restart(self) -> None:
+        """Restart the embedded server in place (same port): every connection drops."""
+        if self.embedded_data_dir is None:
+            raise RuntimeError("only the embedded server can be restarted by the tests")
+        from app.db import embedded
+
+        embedded.restart(self.embedded_data_dir)
 
     async def execute(self, sql: str) -> None:
         conn = await asyncpg.connect(libpq_url(self.admin_url))
@@ -84,7 +93,7 @@ def server_from_environment(data_dir: Path) -> tuple[Server, bool]:
     pgdata = data_dir / "pg"
     already = (pgdata / "postmaster.pid").exists()
     server = embedded.ensure_running(data_dir)
-    return Server(server.url("postgres")), not already
+    return Server(server.url("postgres"), embedded_data_dir=data_dir), not already
 
 
 def free_port() -> int:

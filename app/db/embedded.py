@@ -177,10 +177,14 @@ def stop(data_dir: Path, *, mode: str = "fast") -> None:
 
 
 def restart(data_dir: Path) -> EmbeddedServer:
-    """Stop and start again on a new port is wrong for clients; keep the port."""
+    """Restart in place. ``pg_ctl restart`` replays the original options
+    (``postmaster.opts``), so the port -- and every client's URL -- stays the same."""
     pgdata = data_dir.expanduser().resolve() / "pg"
     port = _running_port(pgdata)
-    _pg("pg_ctl", "-D", str(pgdata), "-m", "fast", "-w", "restart")
+    _pg(
+        "pg_ctl", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "server.log"), "restart"
+    )
     new_port = _wait_ready(pgdata)
-    assert port is None or new_port == port
+    if port is not None and new_port != port:
+        raise RuntimeError(f"embedded PostgreSQL came back on port {new_port}, not {port}")
     return EmbeddedServer(pgdata=pgdata, port=new_port)

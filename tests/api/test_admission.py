@@ -3,17 +3,21 @@ Retry-After and a problem body; an idempotent replay is never refused."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.main import create_app
+from app.apikeys import Role, create_key
 from app.clock import Clock
 from app.settings import Settings
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Keys
+from tests.support import atlas_process, free_port
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 
@@ -86,3 +90,28 @@ async def test_a_backed_up_queue_gets_503_until_it_drains(
     )
     await limited.post(f"/v1/jobs/{waiting.json()['id']}/cancel", headers=keys.b)
     assert (await limited.post("/v1/jobs", json=BUNDLE, headers=keys.a)).status_code == 202
+
+
+async def test_admission_answers_over_real_http(
+    engine: AsyncEngine, database_url: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """The same 429 from a live ``atlas-jobs api`` process configured by environment."""
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="carol", roles=[Role.CLIENT])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "ATLAS_DATA_DIR": str(data_dir),
+        "ATLAS_SIGNING_SECRET": SIGNING_SECRET,
+        "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": "1",
+    }
+    args = ["api", "--port", str(port)]
+    with atlas_process(args, env=env, log_path=tmp_path / "api.log", ready_url=f"{url}/livez"):
+        async with httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {key}"}
+        ) as http:
+            assert (await http.post("/v1/jobs", json=BUNDLE)).status_code == 202
+            refused = await http.post("/v1/jobs", json=BUNDLE)
+            assert_refused(refused, 429, "too-many-active-jobs")

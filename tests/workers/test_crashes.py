@@ -168,3 +168,44 @@ async def test_a_stale_owner_resumed_after_sigstop_writes_nothing(
 
 def _pairs(rows: Any) -> dict[Any, int]:
     return {key: count for key, count in rows}
+
+
+@pytest.mark.slow
+async def test_a_job_that_kills_its_worker_every_time_ends_unresolved_after_its_budget(
+    engine: AsyncEngine, transitions: Transitions, make_fleet: MakeFleet
+) -> None:
+    """No infinite loop: every attempt dies with its worker (kill -9 while running), the
+    reaper charges each lost lease, and once the budget is spent the job is handed to
+    an operator as ``unresolved`` (reason ``lease_lost``) -- never dropped, never retried
+    forever."""
+    fleet = make_fleet(lease_seconds=LEASE, reaper_interval_seconds=REAPER, bundle_time_scale=1.0)
+    job_id = await create_bundle(engine, transitions, "coast")
+    budget = (await job_row(engine, job_id)).max_attempts
+    killed = 0
+    for round_number in itertools.count(1):
+        assert round_number <= budget + 1, "the job outlived its attempt budget"
+        worker = fleet.start(f"victim-{round_number}", concurrency=1)
+        row = await wait_for(
+            engine,
+            job_id,
+            lambda r: (
+                r.state == JobState.UNRESOLVED.value
+                or (r.state == JobState.RUNNING.value and r.attempt == killed + 1)
+            ),
+            timeout=LEASE + REAPER + 30,
+        )
+        if row.state == JobState.UNRESOLVED.value:
+            worker.kill()
+            break
+        worker.kill()
+        killed += 1
+
+    final = await job_row(engine, job_id)
+    assert final.reason == "lease_lost"
+    assert final.last_error["code"] == "lease_expired"
+    assert killed == budget
+    outcomes = [a.outcome for a in await attempt_rows(engine, job_id)]
+    assert outcomes == ["lost"] * budget
+    moves = [(h.transition, h.to_state) for h in await history(engine, job_id)]
+    assert moves.count(("rescue", "queued")) == budget - 1
+    assert moves[-1] == ("rescue_exhausted", "unresolved")

@@ -173,6 +173,7 @@ def stop(data_dir: Path, *, mode: str = "fast") -> None:
     pgdata = data_dir.expanduser().resolve() / "pg"
     if _running_port(pgdata) is None:
         return
+    _prepare_permissions(pgdata)  # a parent may have been tightened since the start
     _pg("pg_ctl", "-D", str(pgdata), "-m", mode, "-w", "stop")
 
 
@@ -181,9 +182,9 @@ def restart(data_dir: Path) -> EmbeddedServer:
     (``postmaster.opts``), so the port -- and every client's URL -- stays the same."""
     pgdata = data_dir.expanduser().resolve() / "pg"
     port = _running_port(pgdata)
-    _pg(
-        "pg_ctl", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "server.log"), "restart"
-    )
+    _prepare_permissions(pgdata)
+    log = str(pgdata / "server.log")
+    _pg("pg_ctl", "-D", str(pgdata), "-m", "fast", "-w", "-l", log, "restart")
     new_port = _wait_ready(pgdata)
     if port is not None and new_port != port:
         raise RuntimeError(f"embedded PostgreSQL came back on port {new_port}, not {port}")

@@ -188,9 +188,9 @@ async def test_a_job_that_kills_its_worker_every_time_ends_unresolved_after_its_
         row = await wait_for(
             engine,
             job_id,
-            lambda r: (
+            lambda r, attempt=killed + 1: (
                 r.state == JobState.UNRESOLVED.value
-                or (r.state == JobState.RUNNING.value and r.attempt == killed + 1)
+                or (r.state == JobState.RUNNING.value and r.attempt == attempt)
             ),
             timeout=LEASE + REAPER + 30,
         )

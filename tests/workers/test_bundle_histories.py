@@ -20,6 +20,7 @@ from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import (
     attempt_rows,
     create_bundle,
+    eventually,
     history,
     stage_rows,
     wait_for,
@@ -103,7 +104,12 @@ async def test_coast_result_expires_after_its_ttl_and_the_state_stays_succeeded(
 
     assert row.state == JobState.SUCCEEDED.value
     assert row.result_ref is not None  # the reference stays; the files do not
-    assert store.published_path("alice", job_id, "bundle.zip") is None
+    # The sweeper commits "expired" first and removes the files right after (a reader is
+    # never handed a link to removed files), so the removal may trail the state by a moment.
+    async def published() -> object:
+        return store.published_path("alice", job_id, "bundle.zip")
+
+    await eventually(published, lambda path: path is None, timeout=10, what="files removed")
     events = await history(engine, job_id)
     assert events[-1].transition == "expire_result"
     assert (events[-1].from_state, events[-1].to_state) == ("succeeded", "succeeded")
@@ -195,7 +201,8 @@ async def test_cancel_during_build_stops_at_a_safe_point(
     assert events[-1].actor == "worker:w1"
     stages = await stage_rows(engine, job_id)
     assert stages["build"].done < 6
-    assert store.staged_files(job_id) == []
+    # Private outputs are removed right after the canceled state commits.
+    await wait_for(engine, job_id, lambda _r: store.staged_files(job_id) == [], timeout=10)
 
 
 async def test_cancel_during_publication_loses_and_is_visible_in_history(

@@ -140,6 +140,9 @@ DELIVERY_MOVES: Final = frozenset(
         (DeliveryState.NONE, DeliveryState.STAGED_PRIVATE),
         (DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE),
         (DeliveryState.STAGED_PRIVATE, DeliveryState.AVAILABLE),
+        # A result without files (e.g. ``atlas.noop``) has nothing to stage: its
+        # publication makes the (empty) reference available directly.
+        (DeliveryState.NONE, DeliveryState.AVAILABLE),
         (DeliveryState.AVAILABLE, DeliveryState.EXPIRED),
         (DeliveryState.PARTIAL_PRIVATE, DeliveryState.BLOCKED),
         (DeliveryState.STAGED_PRIVATE, DeliveryState.BLOCKED),

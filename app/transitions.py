@@ -611,6 +611,8 @@ class Transitions:
         actor: Actor,
     ) -> Outcome:
         """Private outputs moved on (``partial_private`` -> ``staged_private``)."""
+        if delivery not in {DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE}:
+            raise ValueError(f"stage_output moves private outputs only, not to {delivery}")
         allowed_from = [src.value for src, dst in DELIVERY_MOVES if dst == delivery]
         allowed_from.append(delivery.value)
         return await self._fenced_touch(

@@ -104,6 +104,7 @@ async def test_coast_result_expires_after_its_ttl_and_the_state_stays_succeeded(
 
     assert row.state == JobState.SUCCEEDED.value
     assert row.result_ref is not None  # the reference stays; the files do not
+
     # The sweeper commits "expired" first and removes the files right after (a reader is
     # never handed a link to removed files), so the removal may trail the state by a moment.
     async def published() -> object:

@@ -28,7 +28,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
-from app.db.engine import create_engine, libpq_url, resolve_database_url
+from app.db.engine import (
+    WORKER_SESSION_SETTINGS,
+    create_engine,
+    libpq_url,
+    resolve_database_url,
+)
 from app.logs import get_logger
 from app.settings import Settings
 from app.storage import FilesystemStore
@@ -74,6 +79,7 @@ class WorkerPool:
             database_url,
             pool_size=concurrency + 4,
             application_name=f"atlas-worker {self.worker_id}"[:63],
+            server_settings=WORKER_SESSION_SETTINGS,
         )
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
         self.store = FilesystemStore(settings.results_dir)

@@ -34,11 +34,32 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def create_engine(url: str, *, pool_size: int = 10, application_name: str = "atlas") -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    application_name: str = "atlas",
+    server_settings: dict[str, str] | None = None,
+) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={"server_settings": {"application_name": application_name}},
+        connect_args={
+            "server_settings": {"application_name": application_name, **(server_settings or {})}
+        },
     )
+
+
+WORKER_SESSION_SETTINGS: dict[str, str] = {
+    # The claim walks ix_jobs_claimable in (available_at, seq) order and stops after
+    # LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next
+    # ANALYZE) the planner prefers a bitmap scan that visits EVERY entry of the index --
+    # including the dead ones of jobs claimed since the last vacuum -- and sorts them:
+    # measured 16 ms instead of 4 ms for a claim of 16 on 20k queued jobs. Bitmap scans
+    # also never mark dead index entries as killed, so the cost keeps growing. Every
+    # query a worker runs is a primary-key lookup or an ordered walk of a partial index,
+    # so worker sessions simply do without bitmap scans.
+    "enable_bitmapscan": "off",
+}

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import WORKER_SESSION_SETTINGS, create_engine
 from app.db.queries import CLAIM
 from app.db.schema import attempts, job_history, jobs
 from app.kinds import handler_key
@@ -59,6 +60,49 @@ async def test_claim_query_uses_the_partial_index_with_50000_queued_jobs(
     scans_of_jobs = [n for n in nodes if n.get("Relation Name") == "jobs"]
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert any(n.get("Index Name") == "ix_jobs_claimable" for n in scans_of_jobs), nodes
+
+
+async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stale_stats(
+    database_url: str, engine: AsyncEngine
+) -> None:
+    """Right after a bulk enqueue (no ANALYZE yet) the plan a worker session runs is an
+    ordered walk of ix_jobs_claimable that stops after LIMIT rows -- not a bitmap scan of
+    every index entry followed by a sort (see WORKER_SESSION_SETTINGS)."""
+    async with engine.begin() as conn:
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 20_000})
+    worker_engine = create_engine(database_url, server_settings=WORKER_SESSION_SETTINGS)
+    try:
+        async with worker_engine.connect() as conn:
+            explained = (
+                await conn.execute(
+                    text("EXPLAIN (FORMAT JSON) " + CLAIM.text),
+                    {
+                        "worker_id": "w-explain",
+                        "actor": "worker:w-explain",
+                        "handlers": [handler_key("atlas.noop", 1)],
+                        "limit": 16,
+                        "lease_seconds": 30.0,
+                        "offset_seconds": 0.0,
+                    },
+                )
+            ).scalar_one()
+    finally:
+        await worker_engine.dispose()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    nodes = _plan_nodes(plan)
+    kinds = {n["Node Type"] for n in nodes}
+    assert not kinds & {"Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"}, kinds
+    # The picking subtree: Limit -> LockRows -> Index Scan, with no Sort in between (the
+    # only Sort allowed is the final ORDER BY over the <= LIMIT claimed rows).
+    [picking] = [
+        n
+        for n in nodes
+        if n["Node Type"] == "Limit"
+        and any(d.get("Index Name") == "ix_jobs_claimable" for d in _plan_nodes(n))
+    ]
+    below = [d["Node Type"] for d in _plan_nodes(picking)]
+    assert "Sort" not in below, below
+    assert "Index Scan" in below, below
 
 
 @pytest.mark.slow

@@ -183,7 +183,6 @@ def upgrade() -> None:
         ),
         sa.ForeignKeyConstraint(["replay_of"], ["jobs.id"], name=op.f("fk_jobs_replay_of_jobs")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
-        sa.UniqueConstraint("seq", name=op.f("uq_jobs_seq")),
     )
     op.create_index(
         "ix_jobs_claimable",
@@ -216,7 +215,13 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("state NOT IN ('canceled', 'failed', 'succeeded')"),
     )
-    op.create_index("ix_jobs_replay_of", "jobs", ["replay_of"], unique=False)
+    op.create_index(
+        "ix_jobs_replay_of",
+        "jobs",
+        ["replay_of"],
+        unique=False,
+        postgresql_where=sa.text("replay_of IS NOT NULL"),
+    )
     op.create_index(
         "ix_jobs_wait_deadline",
         "jobs",

@@ -105,7 +105,8 @@ jobs = Table(
     Column("request_id", Text),
     Column("idempotency_key", Text),
     PrimaryKeyConstraint("id"),
-    UniqueConstraint("seq"),
+    # No unique index on seq: an identity column never repeats, and every index that is
+    # not partial costs an insertion on each state change (state changes are not HOT).
     CheckConstraint(f"state IN ({sql_list(ALL_STATES)})", name="state_known"),
     CheckConstraint(_state_reason_check(), name="reason_matches_state"),
     CheckConstraint(
@@ -184,7 +185,12 @@ Index(
     jobs.c.wait_deadline_at,
     postgresql_where=jobs.c.state == JobState.WAITING.value,
 )
-Index("ix_jobs_replay_of", jobs.c.replay_of)
+# Partial: only replays are indexed, so ordinary jobs pay nothing for it on updates.
+Index(
+    "ix_jobs_replay_of",
+    jobs.c.replay_of,
+    postgresql_where=jobs.c.replay_of.is_not(None),
+)
 
 attempts = Table(
     "attempts",

@@ -227,13 +227,14 @@ job_history = Table(
     Column("event_id", Text),
     Column("note", Text),
     Column("data", JSONB),
-    PrimaryKeyConstraint("seq"),
+    # (job_id, seq): the one index serves both uniqueness (seq is an identity) and
+    # "this job's history in order"; a second index would cost every transition.
+    PrimaryKeyConstraint("job_id", "seq"),
     CheckConstraint(
         f"from_state IS NULL OR from_state IN ({sql_list(ALL_STATES)})", name="from_known"
     ),
     CheckConstraint(f"to_state IN ({sql_list(ALL_STATES)})", name="to_known"),
 )
-Index("ix_job_history_job_id_seq", job_history.c.job_id, job_history.c.seq)
 
 job_stages = Table(
     "job_stages",

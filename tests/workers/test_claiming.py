@@ -176,3 +176,61 @@ async def test_four_processes_run_2000_noop_jobs_each_exactly_once(
 
 def _pairs(rows: Any) -> dict[Any, int]:
     return {key: count for key, count in rows}
+
+
+async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays_it(
+    engine: AsyncEngine, make_fleet: MakeFleet
+) -> None:
+    """LISTEN/NOTIFY wakes an idle worker: with a 60 s poll interval, only the
+    notification can start the job within the 30 s we wait. With the notification lost
+    (the trigger disabled for one insert), a worker's polling fallback still runs it."""
+
+    async def listening() -> int:
+        async with engine.connect() as conn:
+            return int(
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE application_name = 'atlas-listener' "
+                            "AND datname = current_database()"
+                        )
+                    )
+                ).scalar_one()
+            )
+
+    async def succeeded() -> int:
+        async with engine.connect() as conn:
+            return int(
+                (
+                    await conn.execute(
+                        select(func.count()).where(jobs.c.state == JobState.SUCCEEDED.value)
+                    )
+                ).scalar_one()
+            )
+
+    notified = make_fleet(poll_interval_seconds=60.0)
+    listener = notified.start("notified", concurrency=2)
+    await eventually(listening, lambda n: n == 1, timeout=60, what="a listening worker")
+    async with engine.begin() as conn:  # announced: the trigger notifies atlas_work
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 1})
+    await eventually(succeeded, lambda n: n == 1, timeout=30, what="the announced job")
+    listener.terminate()
+
+    polling = make_fleet(poll_interval_seconds=1.0)
+    polling.start("polling", concurrency=2)
+    await eventually(listening, lambda n: n == 1, timeout=60, what="the polling worker")
+    async with engine.begin() as conn:  # silent: this insert sends no notification
+        await conn.execute(text("ALTER TABLE jobs DISABLE TRIGGER jobs_notify_inserted"))
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 1})
+        await conn.execute(text("ALTER TABLE jobs ENABLE TRIGGER jobs_notify_inserted"))
+    await eventually(succeeded, lambda n: n == 2, timeout=30, what="the unannounced job")
+    assert await _publishers(engine) == {"worker:notified", "worker:polling"}
+
+
+async def _publishers(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(job_history.c.actor).where(job_history.c.transition == "publish")
+        )
+        return {actor for (actor,) in rows}

@@ -163,11 +163,13 @@ class Transitions:
         note: str | None = None,
         data: Mapping[str, Any] | None = None,
         record: bool = True,
+        delivery_to: DeliveryState | None = None,
     ) -> Outcome:
         spec = transition(name)
         now = self.clock.now()
         lock = select(
             jobs.c.state,
+            jobs.c.delivery_state,
             jobs.c.current_attempt_id,
             (jobs.c.lease_expires_at > now).label("lease_live"),
         ).where(jobs.c.id == job_id)
@@ -182,6 +184,9 @@ class Transitions:
             return Rejected(name, RejectReason.ILLEGAL, source)
         if spec.fenced and (current.current_attempt_id != attempt_id or not current.lease_live):
             return Rejected(name, RejectReason.STALE_ATTEMPT, source)
+        if delivery_to is not None and not _delivery_may_move(current.delivery_state, delivery_to):
+            # e.g. publishing a partial package: partial outputs are never published.
+            return Rejected(name, RejectReason.ILLEGAL, source)
 
         sets: dict[str, Any] = {"version": jobs.c.version + 1, "updated_at": now}
         if target != source:
@@ -767,6 +772,7 @@ class Transitions:
                 "delivery_expires_at": self.clock.after(ttl_seconds),
             },
             end_attempt=AttemptOutcome.SUCCEEDED,
+            delivery_to=DeliveryState.AVAILABLE,
         )
 
     async def publish_many(
@@ -1113,6 +1119,10 @@ def _creation_data(new: NewJob) -> dict[str, Any] | None:
     if new.replay_of is not None:
         data["replay_of"] = str(new.replay_of)
     return data or None
+
+
+def _delivery_may_move(current: str, target: DeliveryState) -> bool:
+    return (DeliveryState(current), target) in DELIVERY_MOVES
 
 
 def _default_reason(target: JobState) -> Reason:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.lifecycle import AttemptOutcome, JobState, Reason
+from app.lifecycle import DELIVERY_MOVES, AttemptOutcome, DeliveryState, JobState, Reason
 
 _Q, _R, _CR = JobState.QUEUED.value, JobState.RUNNING.value, JobState.CANCEL_REQUESTED.value
 _NOW = "(now() + make_interval(secs => :offset_seconds))"
+_PUBLISHABLE_FROM = ", ".join(
+    sorted(f"'{src.value}'" for src, dst in DELIVERY_MOVES if dst == DeliveryState.AVAILABLE)
+)
 
 # claim: queued -> running for up to :limit jobs, each with a new attempt id (the fencing
 # token), an attempts row and a history row, in ONE statement and one short transaction.
@@ -138,7 +141,8 @@ SELECT id, state, current_attempt_id, (lease_expires_at > {_NOW}) AS lease_live
 # no-op kind): succeeded + available for many attempts in ONE statement, with their
 # attempts ended and their history rows written -- a group commit of completions.
 #
-# * Fenced like publish: only rows still held by the given attempt with a live lease.
+# * Fenced like publish: only rows still held by the given attempt with a live lease,
+#   whose delivery may become available (never a partial package).
 # * FOR UPDATE (not SKIP LOCKED), ORDER BY id: a concurrent cancel on one of the rows is
 #   waited for, in a fixed lock order, and then loses (cancel_requested -> succeeded is
 #   the "publication won" move); rows that no longer match are left out of RETURNING.
@@ -153,6 +157,7 @@ WITH done AS (
       JOIN done AS d ON j.id = d.job_id AND j.current_attempt_id = d.attempt_id
      WHERE j.state IN ('{_R}', '{_CR}')
        AND j.lease_expires_at > {_NOW}
+       AND j.delivery_state IN ({_PUBLISHABLE_FROM})
      ORDER BY j.id
        FOR UPDATE OF j
 ), published AS (

@@ -502,6 +502,17 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(pick=PICK, which=WHICH)
     def publish(self, pick: Pick, which: str) -> None:
         job_id = self.choose(pick, "publish")
+        job = self.models[job_id]
+        attempt = self.attempt(job, which)
+        partial = job.delivery == DeliveryState.PARTIAL_PRIVATE
+        if partial and TRANSITIONS["publish"].target(job.state) and self.holds(job, attempt):
+            # A partial package is never published: refused, and nothing changes.
+            before = self.snapshot(job_id)
+            outcome = self.tx(lambda conn: self._publish(conn, job_id, attempt))
+            assert outcome == Rejected("publish", RejectReason.ILLEGAL, job.state)
+            assert self.snapshot(job_id) == before
+            event("publish: partial package refused")
+            return
         job, target = self.worker_call(
             job_id, which, "publish", lambda conn, a: self._publish(conn, job_id, a)
         )
@@ -661,6 +672,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         locked, outcome = self.run(go())
         assert locked == self.holds(job, attempt)
         if not locked or not commit:
+            assert self.snapshot(job_id) == before
+            return
+        if job.delivery == DeliveryState.PARTIAL_PRIVATE:  # a partial package: refused
+            assert outcome == Rejected("publish", RejectReason.ILLEGAL, job.state)
             assert self.snapshot(job_id) == before
             return
         target = self.expect(job, "publish", outcome, attempt)

@@ -781,3 +781,37 @@ async def test_progress_can_not_exceed_its_total(
     with pytest.raises(IntegrityError, match="ck_job_stages_done_within_total"):
         async with engine.begin() as conn:
             await conn.execute(text("UPDATE job_stages SET done = 2"))
+
+
+async def test_a_partial_package_is_never_published(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory
+) -> None:
+    """Publication needs a complete package (staged_private) or no files at all; from
+    partial_private it is refused as illegal and nothing changes."""
+    made = await jobs.make(JobState.RUNNING)
+    assert made.attempt_id is not None
+    async with engine.begin() as conn:
+        staged = await transitions.stage_output(
+            conn, made.id, made.attempt_id, DeliveryState.PARTIAL_PRIVATE, actor=WORKER
+        )
+    assert staged.ok
+    before = await jobs.row(made.id)
+    async with engine.begin() as conn:
+        assert await transitions.lock_for_publication(conn, made.id, made.attempt_id)
+        refused = await transitions.publish(
+            conn, made.id, made.attempt_id, result_ref={"files": []}, ttl_seconds=60, actor=WORKER
+        )
+    assert refused == Rejected("publish", RejectReason.ILLEGAL, JobState.RUNNING)
+    assert await jobs.row(made.id) == before
+
+    async with engine.begin() as conn:
+        complete = await transitions.stage_output(
+            conn, made.id, made.attempt_id, DeliveryState.STAGED_PRIVATE, actor=WORKER
+        )
+        assert complete.ok
+        assert await transitions.lock_for_publication(conn, made.id, made.attempt_id)
+        published = await transitions.publish(
+            conn, made.id, made.attempt_id, result_ref={"files": []}, ttl_seconds=60, actor=WORKER
+        )
+    assert published.ok
+    assert (await jobs.row(made.id)).delivery_state == DeliveryState.AVAILABLE.value

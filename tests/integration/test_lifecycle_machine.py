@@ -27,6 +27,7 @@ see only its jobs) and its own clock.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ T = TypeVar("T")
 
 LEASE = 600
 STEP = LEASE + 1
+MAX_ELAPSED = 3600
+"""Each job's elapsed-time budget (s): a rescue after it is spent gives up, whatever the
+attempts left. 601 s steps never land near it, so database time's few real seconds on
+top of the clock offset cannot tip a prediction."""
 """The clock only moves in steps longer than a lease, so "is this lease live" has a
 sharp answer however long the run takes in real time."""
 
@@ -102,6 +107,7 @@ class JobModel:
     units: set[str] = field(default_factory=set)
     terminal: JobState | None = None
     version: int = 1
+    budget_from: float = 0.0  # clock offset (s) when the elapsed-time budget started
 
 
 SNAPSHOT = text("""
@@ -270,10 +276,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             kind_version=1,
             input={"n": len(self.models)},
             max_attempts=max_attempts,
-            max_elapsed_seconds=3600,
+            max_elapsed_seconds=MAX_ELAPSED,
         )
         created = self.tx(lambda conn: self.t.create(conn, new, actor=CLIENT))
-        self.models[created.job.id] = JobModel(created.job.id, max_attempts)
+        self.models[created.job.id] = JobModel(
+            created.job.id, max_attempts, budget_from=self.offset()
+        )
 
     @precondition(lambda self: self.some("TERMINAL"))
     @rule(pick=PICK)
@@ -289,7 +297,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert isinstance(outcome, Applied)
         assert outcome.job.replay_of == job_id
         assert outcome.job.state == JobState.QUEUED
-        self.models[outcome.job.id] = JobModel(outcome.job.id, outcome.job.max_attempts)
+        self.models[outcome.job.id] = JobModel(
+            outcome.job.id, outcome.job.max_attempts, budget_from=self.offset()
+        )
 
     # -- workers ----------------------------------------------------------------------
 
@@ -566,6 +576,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert outcome == Rejected("expire_result", RejectReason.ILLEGAL, job.state)
             assert self.snapshot(job_id) == before
 
+    def offset(self) -> float:
+        return self.clock.offset.total_seconds()
+
     @rule()
     def advance_clock(self) -> None:
         """Every live lease of this example expires."""
@@ -585,7 +598,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         if job.state == JobState.CANCEL_REQUESTED:
             expected = ("rescue", JobState.CANCELED)
-        elif job.charged >= job.max_attempts:
+        elif job.charged >= job.max_attempts or self.offset() - job.budget_from >= MAX_ELAPSED:
             expected = ("rescue_exhausted", JobState.UNRESOLVED)
         else:
             expected = ("rescue", JobState.QUEUED)
@@ -604,6 +617,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if target is not None:
             self.move(job, target)
             job.charged = 0
+            job.budget_from = self.offset()
 
     @precondition(lambda self: self.some("operator_cancel"))
     @rule(pick=PICK, decision=st.sampled_from(["cancel", "fail"]))
@@ -766,7 +780,7 @@ def test_lifecycle_state_machine(pg_server: Server, template_database: str) -> N
             run_state_machine_as_test(
                 LifecycleMachine,
                 settings=settings(
-                    max_examples=40,
+                    max_examples=int(os.environ.get("ATLAS_MACHINE_EXAMPLES", "40")),
                     stateful_step_count=50,
                     deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

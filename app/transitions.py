@@ -16,6 +16,7 @@ Callers own the transaction: pass an ``AsyncConnection`` inside ``engine.begin()
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import Clock
+from app.db.queries import CLAIM, HEARTBEAT_MANY, LEASE_STATUS, PUBLISH_MANY
 from app.db.schema import attempts, job_checkpoints, job_history, job_stages, jobs
 from app.lifecycle import (
     ACTIVE_STATES,
@@ -328,8 +330,6 @@ class Transitions:
         ``handlers`` are ``"kind@version"`` keys this worker can run; other jobs stay
         queued, visible, for a worker that can.
         """
-        from app.db.queries import CLAIM
-
         return list(
             (
                 await conn.execute(
@@ -386,8 +386,6 @@ class Transitions:
         ``None`` when the lease is lost (the worker must stop). A job absent from the
         answer was locked by another transaction (a publication, a cancel): still held,
         try again on the next beat."""
-        from app.db.queries import HEARTBEAT_MANY, LEASE_STATUS
-
         if not held:
             return {}
         offset = self.clock.offset.total_seconds()
@@ -787,10 +785,6 @@ class Transitions:
         """:meth:`publish` for many ``(job_id, attempt_id)`` whose result has no files,
         in one statement (history and attempts included). Returns the jobs published;
         the others were no longer held by the given attempt (fenced out)."""
-        import json
-
-        from app.db.queries import PUBLISH_MANY
-
         if not held:
             return set()
         rows = await conn.execute(
@@ -904,17 +898,6 @@ class Transitions:
         self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor = SYSTEM_SWEEPER
     ) -> Outcome:
         """Retention passed: delivery ``available`` -> ``expired``; state unchanged."""
-        row = (
-            await conn.execute(
-                select(jobs.c.state, jobs.c.delivery_state)
-                .where(jobs.c.id == job_id)
-                .with_for_update()
-            )
-        ).first()
-        if row is None:
-            return Rejected("expire_result", RejectReason.NOT_FOUND)
-        if row.delivery_state != DeliveryState.AVAILABLE.value:
-            return Rejected("expire_result", RejectReason.ILLEGAL, JobState(row.state))
         return await self._move(
             conn,
             "expire_result",
@@ -923,6 +906,7 @@ class Transitions:
             reason=None,
             values={"delivery_state": DeliveryState.EXPIRED.value},
             note="result retention passed; files removed",
+            delivery_to=DeliveryState.EXPIRED,
         )
 
     async def rescue(

@@ -114,21 +114,9 @@ async def test_four_processes_run_2000_noop_jobs_each_exactly_once(
     for name in names:
         fleet.start(name, concurrency=8)
 
-    async def listeners() -> int:
-        async with engine.connect() as conn:
-            return int(
-                (
-                    await conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE application_name = 'atlas-listener' "
-                            "AND datname = current_database()"
-                        )
-                    )
-                ).scalar_one()
-            )
-
-    await eventually(listeners, lambda n: n == 4, timeout=60, what="4 listening workers")
+    await eventually(
+        lambda: _listening_workers(engine), lambda n: n == 4, timeout=60, what="4 listening workers"
+    )
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 2000})
 
@@ -185,20 +173,6 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
     notification can start the job within the 30 s we wait. With the notification lost
     (the trigger disabled for one insert), a worker's polling fallback still runs it."""
 
-    async def listening() -> int:
-        async with engine.connect() as conn:
-            return int(
-                (
-                    await conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE application_name = 'atlas-listener' "
-                            "AND datname = current_database()"
-                        )
-                    )
-                ).scalar_one()
-            )
-
     async def succeeded() -> int:
         async with engine.connect() as conn:
             return int(
@@ -211,7 +185,9 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
 
     notified = make_fleet(poll_interval_seconds=60.0)
     listener = notified.start("notified", concurrency=2)
-    await eventually(listening, lambda n: n == 1, timeout=60, what="a listening worker")
+    await eventually(
+        lambda: _listening_workers(engine), lambda n: n == 1, timeout=60, what="a listening worker"
+    )
     async with engine.begin() as conn:  # announced: the trigger notifies atlas_work
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 1})
     await eventually(succeeded, lambda n: n == 1, timeout=30, what="the announced job")
@@ -219,13 +195,31 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
 
     polling = make_fleet(poll_interval_seconds=1.0)
     polling.start("polling", concurrency=2)
-    await eventually(listening, lambda n: n == 1, timeout=60, what="the polling worker")
+    await eventually(
+        lambda: _listening_workers(engine), lambda n: n == 1, timeout=60, what="the polling worker"
+    )
     async with engine.begin() as conn:  # silent: this insert sends no notification
         await conn.execute(text("ALTER TABLE jobs DISABLE TRIGGER jobs_notify_inserted"))
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 1})
         await conn.execute(text("ALTER TABLE jobs ENABLE TRIGGER jobs_notify_inserted"))
     await eventually(succeeded, lambda n: n == 2, timeout=30, what="the unannounced job")
     assert await _publishers(engine) == {"worker:notified", "worker:polling"}
+
+
+async def _listening_workers(engine: AsyncEngine) -> int:
+    """Worker processes whose LISTEN connection is up on this test's database."""
+    async with engine.connect() as conn:
+        return int(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = 'atlas-listener' "
+                        "AND datname = current_database()"
+                    )
+                )
+            ).scalar_one()
+        )
 
 
 async def _publishers(engine: AsyncEngine) -> set[str]:

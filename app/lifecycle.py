@@ -14,10 +14,10 @@ Four vocabularies never mix:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 
 class JobState(StrEnum):
@@ -184,89 +184,154 @@ EDGES: Final = frozenset(
 """The transition table of SPEC section 1 as (from, to) pairs; ``None`` is "no job yet"."""
 
 
+class TransitionName(StrEnum):
+    """The name of every transition, as recorded in ``job_history.transition``."""
+
+    CREATE = "create"
+    CLAIM = "claim"
+    HEARTBEAT = "heartbeat"
+    DECLARE_PLAN = "declare_plan"
+    RECORD_PROGRESS = "record_progress"
+    EXPAND_PLAN = "expand_plan"
+    STAGE_OUTPUT = "stage_output"
+    RETRY_LATER = "retry_later"
+    RELEASE = "release"
+    GIVE_UP = "give_up"
+    WAIT = "wait"
+    REQUEST_CANCEL = "request_cancel"
+    STOP_CANCELED = "stop_canceled"
+    PUBLISH = "publish"
+    FAIL = "fail"
+    EXPIRE_RESULT = "expire_result"
+    RESCUE = "rescue"
+    RESCUE_EXHAUSTED = "rescue_exhausted"
+    APPROVE = "approve"
+    RECEIVE_EVENT = "receive_event"
+    REJECT = "reject"
+    DEADLINE_FAIL = "deadline_fail"
+    DEADLINE_ESCALATE = "deadline_escalate"
+    RESUME = "resume"
+    OPERATOR_CANCEL = "operator_cancel"
+    OPERATOR_FAIL = "operator_fail"
+    REPLAY = "replay"
+
+
+class Guard(StrEnum):
+    """A precondition beyond the source state, checked in the same compare-and-set."""
+
+    AWAITING_REVIEW = "awaiting_review"
+    """The job waits with reason ``review`` (only a review decides it)."""
+    AWAITING_EVENT = "awaiting_event"
+    """The job waits with reason ``external`` (only the awaited event resumes it)."""
+    LEASE_EXPIRED = "lease_expired"
+    """The holder's lease ran out (the reaper's moves)."""
+    DEADLINE_RULE_FAIL = "deadline_rule_fail"
+    """The wait's deadline passed and its rule is ``fail``."""
+    DEADLINE_RULE_ESCALATE = "deadline_rule_escalate"
+    """The wait's deadline passed and its rule is ``escalate``."""
+
+
+class Effect(StrEnum):
+    """A column a transition sets besides the bookkeeping every move gets from its
+    source and target (reason, ``finished_at``, lease, wait, blocked outputs, version).
+
+    Where a value comes from the caller, it is the named field of the move's step."""
+
+    AVAILABLE_NOW = "available_now"
+    """``available_at = now``: claimable at once."""
+    AVAILABLE_AFTER = "available_after"
+    """``available_at = now + seconds`` (the retry backoff)."""
+    LAST_ERROR = "last_error"
+    """``last_error = error`` (recoverable: the job goes on)."""
+    ERROR = "error"
+    """``error = error`` (the job's final error)."""
+    WAIT_DEADLINE = "wait_deadline"
+    """``wait_deadline_at = now + seconds``, ``wait_on_deadline = rule``."""
+    UNCHARGE = "uncharge"
+    """The ended attempt is not charged against the attempt budget."""
+    NEW_BUDGET = "new_budget"
+    """A fresh attempt and elapsed-time budget from now."""
+    RESULT = "result"
+    """``result_ref = result_ref``, retained until ``now + seconds``."""
+    CANCEL_MARK = "cancel_mark"
+    """``cancel = {requested_at, requested_by}``."""
+    STAGE = "stage"
+    """``current_stage = stage``."""
+    PLAN_DECLARED = "plan_declared"
+    """``plan_revision`` is at least 1 (a plan exists)."""
+    PLAN_REVISED = "plan_revised"
+    """``plan_revision`` increments; ``current_stage = stage``."""
+    EXTEND_LEASE = "extend_lease"
+    """The lease runs until ``now + lease`` (job and attempt rows)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A named move: which states it applies to and where each one goes.
+    """A named move, declared as data; :mod:`app.db.moves` is its one executor.
 
-    ``fenced`` transitions are made by a worker and only match while the caller's
-    attempt id is the job's current attempt (the fencing token).
+    * ``moves`` -- each source state and where it goes;
+    * ``reasons`` -- the reason a target gets unless the caller names another one of
+      :data:`STATE_REASONS` (moves that keep the state keep the reason);
+    * ``fenced`` -- made by a worker: matches only while the caller's attempt id is the
+      job's current attempt with a live lease (the fencing token);
+    * ``guard`` -- a further precondition (review wait, expired lease, passed deadline);
+    * ``ends_attempt`` -- the outcome written on the attempt that held the job;
+    * ``delivery`` -- the delivery states the move may set (each along
+      :data:`DELIVERY_MOVES`); ``delivery_may_stay`` -- staying put is fine too;
+    * ``effects`` -- further columns (see :class:`Effect`);
+    * ``visible`` -- bumps ``version`` (ETag) and ``updated_at``; ``records`` -- appends
+      a history row; ``skip_locked`` -- a batch passes over rows another transaction
+      holds instead of waiting (heartbeats never queue behind a publication).
+
+    Every move also gets, from its source and target alone: ``finished_at`` on entering
+    a terminal state, the lease cleared on leaving ``running``/``cancel_requested``, the
+    wait cleared on leaving ``waiting``, private outputs ``blocked`` on entering
+    ``failed``/``canceled``.
     """
 
-    name: str
+    name: TransitionName
     moves: MappingProxyType[JobState | None, JobState]
     doc: str
+    reasons: MappingProxyType[JobState, Reason] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     fenced: bool = False
+    guard: Guard | None = None
+    ends_attempt: AttemptOutcome | None = None
+    delivery: frozenset[DeliveryState] = frozenset()
+    delivery_may_stay: bool = False
+    effects: frozenset[Effect] = frozenset()
+    visible: bool = True
+    records: bool = True
+    skip_locked: bool = False
 
     @property
     def sources(self) -> frozenset[JobState]:
         return frozenset(s for s in self.moves if s is not None)
 
+    @property
+    def changes_state(self) -> bool:
+        return any(source != target for source, target in self.moves.items())
+
     def target(self, source: JobState | None) -> JobState | None:
         return self.moves.get(source)
 
+    def reason_for(self, target: JobState, chosen: Reason | None = None) -> Reason:
+        """The reason recorded with ``target``: the caller's (when the target allows it)
+        or the declared one."""
+        if chosen is not None:
+            if chosen not in STATE_REASONS[target]:
+                raise ValueError(f"{self.name}: reason {chosen} does not go with {target}")
+            return chosen
+        return self.reasons.get(target) or DEFAULT_REASONS[target]
 
-def _t(
-    name: str, moves: dict[JobState | None, JobState], doc: str, *, fenced: bool = False
-) -> Transition:
-    return Transition(name, MappingProxyType(moves), doc, fenced)
-
-
-_Q, _R, _W, _U = JobState.QUEUED, JobState.RUNNING, JobState.WAITING, JobState.UNRESOLVED
-_CR, _S, _F, _C = (
-    JobState.CANCEL_REQUESTED,
-    JobState.SUCCEEDED,
-    JobState.FAILED,
-    JobState.CANCELED,
-)
-
-TRANSITIONS: Final = MappingProxyType(
-    {
-        t.name: t
-        for t in (
-            _t("create", {None: _Q}, "POST /v1/jobs accepted and committed."),
-            _t("claim", {_Q: _R}, "A worker claims the job and opens a new attempt."),
-            _t("heartbeat", {_R: _R, _CR: _CR}, "The lease holder extends its lease.", fenced=True),
-            _t("record_progress", {_R: _R, _CR: _CR}, "Units done in a stage.", fenced=True),
-            _t("expand_plan", {_R: _R, _CR: _CR}, "A stage found more units.", fenced=True),
-            _t("stage_output", {_R: _R, _CR: _CR}, "Private outputs changed.", fenced=True),
-            _t("retry_later", {_R: _Q}, "Recoverable error with budget left.", fenced=True),
-            _t("release", {_R: _Q}, "Graceful shutdown hands the job back.", fenced=True),
-            _t("give_up", {_R: _U}, "Recoverable error with budget spent.", fenced=True),
-            _t("wait", {_R: _W}, "The job reaches a review gate or external wait.", fenced=True),
-            _t("request_cancel", {_Q: _C, _W: _C, _R: _CR}, "Owner or operator asks to cancel."),
-            _t("stop_canceled", {_CR: _C}, "The worker stopped at a safe point.", fenced=True),
-            _t("publish", {_R: _S, _CR: _S}, "The publication transaction commits.", fenced=True),
-            _t("fail", {_R: _F, _CR: _F}, "A permanent error in the worker.", fenced=True),
-            _t("expire_result", {_S: _S}, "Retention passed; delivery becomes expired."),
-            _t("rescue", {_R: _Q, _CR: _C}, "The lease expired; the reaper takes the job back."),
-            _t("rescue_exhausted", {_R: _U}, "The lease expired and the budget is spent."),
-            _t("approve", {_W: _Q}, "A reviewer approved the job."),
-            _t("receive_event", {_W: _Q}, "The awaited external event arrived."),
-            _t("reject", {_W: _F}, "A reviewer rejected the job."),
-            _t("deadline_fail", {_W: _F}, "The wait deadline passed; the rule says fail."),
-            _t("deadline_escalate", {_W: _U}, "The wait deadline passed; the rule says escalate."),
-            _t("resume", {_U: _Q}, "An operator resumes with a new attempt budget."),
-            _t("operator_cancel", {_U: _C}, "An operator cancels unresolved work."),
-            _t("operator_fail", {_U: _F}, "An operator fails unresolved work."),
-            _t("replay", {None: _Q}, "An operator re-runs a terminal job as a new job."),
-        )
-    }
-)
-"""Every named transition. ``replay`` creates a new job; it never rewrites the old one."""
-
-
-def transition(name: str) -> Transition:
-    """Look up a named transition; unknown names are a programming error."""
-    return TRANSITIONS[name]
-
-
-def is_terminal(state: JobState) -> bool:
-    return state in TERMINAL_STATES
-
-
-ALL_STATES: Final = tuple(JobState)
-ALL_DELIVERY_STATES: Final = tuple(DeliveryState)
-ALL_REASONS: Final = tuple(Reason)
+    def delivery_allows(self, current: DeliveryState, wanted: DeliveryState) -> bool:
+        """Whether this move may take delivery from ``current`` to ``wanted``."""
+        if wanted not in self.delivery:
+            return False
+        if current == wanted:
+            return self.delivery_may_stay
+        return (current, wanted) in DELIVERY_MOVES
 
 
 class AttemptOutcome(StrEnum):
@@ -284,3 +349,291 @@ class AttemptOutcome(StrEnum):
 
 
 ALL_ATTEMPT_OUTCOMES: Final = tuple(AttemptOutcome)
+
+DEFAULT_REASONS: Final = MappingProxyType(
+    {
+        JobState.QUEUED: Reason.NEW,
+        JobState.RUNNING: Reason.CLAIMED,
+        JobState.WAITING: Reason.REVIEW,
+        JobState.UNRESOLVED: Reason.RETRIES_EXHAUSTED,
+        JobState.CANCEL_REQUESTED: Reason.CANCEL_REQUESTED,
+        JobState.SUCCEEDED: Reason.PUBLISHED,
+        JobState.FAILED: Reason.ERROR,
+        JobState.CANCELED: Reason.CANCELED,
+    }
+)
+"""The reason a state gets when neither the transition nor its caller names one."""
+
+_Q, _R, _W, _U = JobState.QUEUED, JobState.RUNNING, JobState.WAITING, JobState.UNRESOLVED
+_CR, _S, _F, _C = (
+    JobState.CANCEL_REQUESTED,
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.CANCELED,
+)
+_N = TransitionName
+_O = AttemptOutcome
+_E = Effect
+_BOOKKEEPING: dict[JobState | None, JobState] = {_R: _R, _CR: _CR}
+"""The lease holder's writes that keep the state (SPEC: running -> running)."""
+
+
+def _t(
+    name: TransitionName,
+    moves: dict[JobState | None, JobState],
+    doc: str,
+    *,
+    reasons: dict[JobState, Reason] | None = None,
+    effects: tuple[Effect, ...] = (),
+    delivery: tuple[DeliveryState, ...] = (),
+    **flags: Any,
+) -> Transition:
+    return Transition(
+        name,
+        MappingProxyType(moves),
+        doc,
+        reasons=MappingProxyType(reasons or {}),
+        effects=frozenset(effects),
+        delivery=frozenset(delivery),
+        **flags,
+    )
+
+
+TRANSITIONS: Final = MappingProxyType(
+    {
+        t.name: t
+        for t in (
+            _t(_N.CREATE, {None: _Q}, "POST /v1/jobs accepted and committed."),
+            _t(
+                _N.CLAIM,
+                {_Q: _R},
+                "A worker claims the job and opens a new attempt.",
+                effects=(_E.EXTEND_LEASE,),
+            ),
+            _t(
+                _N.HEARTBEAT,
+                _BOOKKEEPING,
+                "The lease holder extends its lease.",
+                fenced=True,
+                effects=(_E.EXTEND_LEASE,),
+                visible=False,
+                records=False,
+                skip_locked=True,
+            ),
+            _t(
+                _N.DECLARE_PLAN,
+                _BOOKKEEPING,
+                "The job's stages are declared (plan revision 1), once per job.",
+                fenced=True,
+                effects=(_E.PLAN_DECLARED,),
+                records=False,
+            ),
+            _t(
+                _N.RECORD_PROGRESS,
+                _BOOKKEEPING,
+                "A stage is entered or a unit of it is done.",
+                fenced=True,
+                effects=(_E.STAGE,),
+                records=False,
+            ),
+            _t(
+                _N.EXPAND_PLAN,
+                _BOOKKEEPING,
+                "A stage found more units: total grows, plan_revision increments.",
+                fenced=True,
+                effects=(_E.PLAN_REVISED,),
+            ),
+            _t(
+                _N.STAGE_OUTPUT,
+                _BOOKKEEPING,
+                "Private outputs changed (never published by this move).",
+                fenced=True,
+                delivery=(DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE),
+                delivery_may_stay=True,
+                records=False,
+            ),
+            _t(
+                _N.RETRY_LATER,
+                {_R: _Q},
+                "Recoverable error with budget left.",
+                reasons={_Q: Reason.RETRY},
+                fenced=True,
+                ends_attempt=_O.RETRY,
+                effects=(_E.AVAILABLE_AFTER, _E.LAST_ERROR),
+            ),
+            _t(
+                _N.RELEASE,
+                {_R: _Q},
+                "Graceful shutdown hands the job back; the attempt is not charged.",
+                reasons={_Q: Reason.RETRY},
+                fenced=True,
+                ends_attempt=_O.RELEASED,
+                effects=(_E.AVAILABLE_NOW, _E.UNCHARGE),
+            ),
+            _t(
+                _N.GIVE_UP,
+                {_R: _U},
+                "Recoverable error with budget spent.",
+                fenced=True,
+                ends_attempt=_O.UNRESOLVED,
+                effects=(_E.LAST_ERROR,),
+            ),
+            _t(
+                _N.WAIT,
+                {_R: _W},
+                "The job reaches a review gate or external wait.",
+                fenced=True,
+                ends_attempt=_O.WAITING,
+                effects=(_E.WAIT_DEADLINE,),
+            ),
+            _t(
+                _N.REQUEST_CANCEL,
+                {_Q: _C, _W: _C, _R: _CR},
+                "Owner or operator asks to cancel.",
+                effects=(_E.CANCEL_MARK,),
+            ),
+            _t(
+                _N.STOP_CANCELED,
+                {_CR: _C},
+                "The worker stopped at a safe point.",
+                fenced=True,
+                ends_attempt=_O.CANCELED,
+            ),
+            _t(
+                _N.PUBLISH,
+                {_R: _S, _CR: _S},
+                "The publication transaction commits.",
+                fenced=True,
+                ends_attempt=_O.SUCCEEDED,
+                delivery=(DeliveryState.AVAILABLE,),
+                effects=(_E.RESULT,),
+            ),
+            _t(
+                _N.FAIL,
+                {_R: _F, _CR: _F},
+                "A permanent error in the worker.",
+                fenced=True,
+                ends_attempt=_O.FAILED,
+                effects=(_E.ERROR,),
+            ),
+            _t(
+                _N.EXPIRE_RESULT,
+                {_S: _S},
+                "Retention passed; delivery becomes expired.",
+                delivery=(DeliveryState.EXPIRED,),
+            ),
+            _t(
+                _N.RESCUE,
+                {_R: _Q, _CR: _C},
+                "The lease expired; the reaper takes the job back.",
+                reasons={_Q: Reason.RETRY},
+                guard=Guard.LEASE_EXPIRED,
+                ends_attempt=_O.LOST,
+                effects=(_E.AVAILABLE_AFTER, _E.LAST_ERROR),
+            ),
+            _t(
+                _N.RESCUE_EXHAUSTED,
+                {_R: _U},
+                "The lease expired and the budget is spent.",
+                reasons={_U: Reason.LEASE_LOST},
+                guard=Guard.LEASE_EXPIRED,
+                ends_attempt=_O.LOST,
+                effects=(_E.LAST_ERROR,),
+            ),
+            _t(
+                _N.APPROVE,
+                {_W: _Q},
+                "A reviewer approved the job.",
+                reasons={_Q: Reason.REVIEW_APPROVED},
+                guard=Guard.AWAITING_REVIEW,
+                effects=(_E.AVAILABLE_NOW,),
+            ),
+            _t(
+                _N.RECEIVE_EVENT,
+                {_W: _Q},
+                "The awaited external event arrived.",
+                reasons={_Q: Reason.EVENT_RECEIVED},
+                guard=Guard.AWAITING_EVENT,
+                effects=(_E.AVAILABLE_NOW,),
+            ),
+            _t(
+                _N.REJECT,
+                {_W: _F},
+                "A reviewer rejected the job.",
+                reasons={_F: Reason.REVIEW_REJECTED},
+                guard=Guard.AWAITING_REVIEW,
+                effects=(_E.ERROR,),
+            ),
+            _t(
+                _N.DEADLINE_FAIL,
+                {_W: _F},
+                "The wait deadline passed; the rule says fail.",
+                reasons={_F: Reason.DEADLINE_PASSED},
+                guard=Guard.DEADLINE_RULE_FAIL,
+                effects=(_E.ERROR,),
+            ),
+            _t(
+                _N.DEADLINE_ESCALATE,
+                {_W: _U},
+                "The wait deadline passed; the rule says escalate.",
+                reasons={_U: Reason.DEADLINE_ESCALATED},
+                guard=Guard.DEADLINE_RULE_ESCALATE,
+                effects=(_E.LAST_ERROR,),
+            ),
+            _t(
+                _N.RESUME,
+                {_U: _Q},
+                "An operator resumes with a new attempt budget.",
+                reasons={_Q: Reason.RESUMED},
+                effects=(_E.AVAILABLE_NOW, _E.NEW_BUDGET),
+            ),
+            _t(_N.OPERATOR_CANCEL, {_U: _C}, "An operator cancels unresolved work."),
+            _t(
+                _N.OPERATOR_FAIL,
+                {_U: _F},
+                "An operator fails unresolved work.",
+                reasons={_F: Reason.OPERATOR},
+                effects=(_E.ERROR,),
+            ),
+            _t(_N.REPLAY, {None: _Q}, "An operator re-runs a terminal job as a new job."),
+        )
+    }
+)
+"""Every named transition. ``replay`` creates a new job; it never rewrites the old one."""
+
+
+def transition(name: str) -> Transition:
+    """Look up a named transition; unknown names are a programming error."""
+    return TRANSITIONS[TransitionName(name)]
+
+
+def budget_verdict(
+    *,
+    charged_attempts: int,
+    max_attempts: int,
+    elapsed_seconds: float,
+    max_elapsed_seconds: float,
+    delay_seconds: float = 0.0,
+) -> Reason | None:
+    """The one retry budget rule: ``None`` while another attempt may run, else why not.
+
+    ``charged_attempts`` counts the attempt that just ended; ``elapsed_seconds`` is
+    database time since the budget started (creation or ``resume``). Give up when no
+    attempt is left, or when the next attempt could not even start (after
+    ``delay_seconds`` of backoff) before the elapsed-time budget runs out. Used by the
+    worker after a recoverable error and by the reaper after a lost lease (which names
+    the first case ``lease_lost``)."""
+    if charged_attempts >= max_attempts:
+        return Reason.RETRIES_EXHAUSTED
+    if elapsed_seconds + delay_seconds >= max_elapsed_seconds:
+        return Reason.TIME_EXHAUSTED
+    return None
+
+
+def is_terminal(state: JobState) -> bool:
+    return state in TERMINAL_STATES
+
+
+ALL_STATES: Final = tuple(JobState)
+ALL_DELIVERY_STATES: Final = tuple(DeliveryState)
+ALL_REASONS: Final = tuple(Reason)

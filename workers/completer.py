@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.transitions import Actor, Transitions
+from app.transitions import Actor, Applied, Transitions
 from workers.context import JobContext
 
 
@@ -58,22 +58,23 @@ class Completer:
             return 0
         try:
             async with self.engine.begin() as conn:
-                published = await self.transitions.publish_many(
+                results = await self.transitions.publish_many(
                     conn,
                     [(p.ctx.job_id, p.ctx.attempt_id) for p in batch],
                     result_ref={"files": []},
                     ttl_seconds=self.ttl_seconds,
                     actor=self.actor,
+                    explain_refusals=False,
                 )
         except Exception as exc:
             for p in batch:
                 if not p.done.done():
                     p.done.set_exception(exc)
             return 0
-        for p in batch:
+        for p, result in zip(batch, results, strict=True):
             if not p.done.done():
-                p.done.set_result(p.ctx.job_id in published)
-        return len(published)
+                p.done.set_result(isinstance(result, Applied))
+        return sum(isinstance(result, Applied) for result in results)
 
     async def run(self) -> None:
         while True:

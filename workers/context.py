@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.schema import job_checkpoints
-from app.lifecycle import DeliveryState, JobState
+from app.db import reads
+from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState
 from app.settings import Settings
 from app.storage import ResultStore, StoredFile
-from app.transitions import Actor, Applied, Outcome, Transitions
-from workers.errors import CancelStop, LeaseLost, ReleaseStop
+from app.transitions import Actor, Applied, MoveResult, Rejected, RejectReason, Transitions
+from workers.errors import CancelStop, LeaseLost, PermanentError, ReleaseStop
 
 T = TypeVar("T")
 
@@ -46,13 +45,9 @@ class ClaimedJob:
     kind_version: int
     owner: str
     input: Mapping[str, Any]
-    elapsed_at_claim: float
-    """Seconds of the retry budget already used when this attempt was claimed (DB time)."""
-    claimed_monotonic: float = field(default_factory=time.monotonic)
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> ClaimedJob:
-        elapsed = (row.updated_at - row.budget_started_at).total_seconds()
         return cls(
             job_id=row.id,
             attempt_id=row.current_attempt_id,
@@ -64,12 +59,7 @@ class ClaimedJob:
             kind_version=row.kind_version,
             owner=row.owner,
             input=row.input,
-            elapsed_at_claim=max(elapsed, 0.0),
         )
-
-    def elapsed_seconds(self) -> float:
-        """Budget used so far: DB-time at claim plus local monotonic time since."""
-        return self.elapsed_at_claim + (time.monotonic() - self.claimed_monotonic)
 
 
 class JobContext:
@@ -159,12 +149,7 @@ class JobContext:
     async def load_checkpoints(self) -> None:
         """Read the durable checkpoints of earlier attempts (one query per attempt)."""
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(
-                    job_checkpoints.c.stage, job_checkpoints.c.unit_name, job_checkpoints.c.data
-                ).where(job_checkpoints.c.job_id == self.job_id)
-            )
-            self._checkpoints = {(r.stage, r.unit_name): r.data for r in rows}
+            self._checkpoints = await reads.checkpoints(conn, self.job_id)
 
     def done(self, stage: str, unit: str) -> bool:
         """Whether an earlier attempt (or this one) checkpointed this unit."""
@@ -172,16 +157,20 @@ class JobContext:
 
     # -- fenced writes --------------------------------------------------------------------
 
-    async def _fenced(self, write: Callable[[AsyncConnection], Awaitable[Outcome]]) -> Applied:
+    async def _fenced(self, write: Callable[[AsyncConnection], Awaitable[MoveResult]]) -> Applied:
         if self.lost:
             raise LeaseLost(str(self.job_id))
 
-        async def transaction() -> Outcome:
+        async def transaction() -> MoveResult:
             async with self.engine.begin() as conn:
                 return await write(conn)
 
         outcome = await asyncio.shield(transaction())
-        if not isinstance(outcome, Applied):
+        if isinstance(outcome, Rejected):
+            if outcome.reason == RejectReason.ILLEGAL and outcome.current in ACTIVE_STATES:
+                # Still ours, but the lifecycle refuses the move (e.g. a delivery going
+                # backwards): a defect of the handler, never retried.
+                raise PermanentError("illegal_move", f"{outcome.transition} was refused")
             self.mark_lost()
             raise LeaseLost(str(self.job_id))
         self.observe(JobState(outcome.job.state))
@@ -212,7 +201,7 @@ class JobContext:
         transaction: a crash after this never redoes the unit."""
         t = self.transitions
 
-        async def write(conn: AsyncConnection) -> Outcome:
+        async def write(conn: AsyncConnection) -> MoveResult:
             outcome = await t.record_progress(
                 conn, self.job_id, self.attempt_id, stage, unit, actor=self.actor, checkpoint=data
             )

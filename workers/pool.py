@@ -40,11 +40,11 @@ from app.storage import FilesystemStore
 from app.transitions import Actor, Transitions
 from workers.completer import Completer
 from workers.context import JobContext
-from workers.engine import JobRunner
 from workers.handlers import Handler, registry
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.reaper import Reaper
+from workers.runner import JobRunner
 from workers.sweeper import Sweeper
 
 log = get_logger("atlas.worker.pool")

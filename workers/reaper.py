@@ -2,22 +2,20 @@
 
 Runs in every worker process every ``ATLAS_REAPER_INTERVAL_SECONDS``. Each pass locks
 a bounded batch of expired leases with ``FOR UPDATE SKIP LOCKED`` (several reapers share
-the work without waiting on each other) and rescues each job through
-:meth:`app.transitions.Transitions.rescue`: ``running`` -> ``queued`` with the attempt
-counted and a backoff, ``unresolved`` once the attempt budget is spent (so a job that
+the work without waiting on each other), with the facts of each job's retry budget on
+database time, and rescues them through
+:meth:`app.transitions.Transitions.rescue_locked` -- one statement per transition for the
+whole batch: ``running`` -> ``queued`` with the attempt counted and a backoff,
+``unresolved`` once the budget is spent (the same rule as a worker's retry, so a job that
 kills its worker every time cannot loop forever), ``cancel_requested`` -> ``canceled``.
 The stale worker's later writes are refused by the attempt-id fence.
 """
 
 from __future__ import annotations
 
-import uuid
-
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.queries import EXPIRED_LEASES
-from app.db.schema import jobs
 from app.logs import get_logger
 from app.transitions import Applied, Transitions
 from workers.retry import kind_backoff
@@ -42,38 +40,19 @@ class Reaper:
 
     async def _batch(self) -> tuple[int, int]:
         t = self.transitions
-        moved = 0
         async with self.engine.begin() as conn:
-            ids: list[uuid.UUID] = list(
-                (
-                    await conn.execute(
-                        EXPIRED_LEASES,
-                        {
-                            "limit": self.batch_size,
-                            "offset_seconds": t.clock.offset.total_seconds(),
-                        },
-                    )
-                ).scalars()
-            )
-            if not ids:
-                return 0, 0
-            facts = {
-                r.id: r
-                for r in await conn.execute(
-                    select(jobs.c.id, jobs.c.kind, jobs.c.attempt).where(jobs.c.id.in_(ids))
+            expired = (
+                await conn.execute(EXPIRED_LEASES, {"limit": self.batch_size, **t.clock.bind()})
+            ).all()
+            results = await t.rescue_locked(conn, expired, kind_backoff)
+        moved = 0
+        for job, outcome in zip(expired, results, strict=True):
+            if isinstance(outcome, Applied):
+                moved += 1
+                log.info(
+                    "job.rescued",
+                    job_id=str(job.id),
+                    to_state=outcome.to_state.value,
+                    transition=outcome.transition,
                 )
-            }
-            for job_id in ids:
-                fact = facts[job_id]
-                outcome = await t.rescue(
-                    conn, job_id, backoff_seconds=kind_backoff(fact.kind, fact.attempt)
-                )
-                if isinstance(outcome, Applied):
-                    moved += 1
-                    log.info(
-                        "job.rescued",
-                        job_id=str(job_id),
-                        to_state=outcome.to_state.value,
-                        transition=outcome.transition,
-                    )
-        return moved, len(ids)
+        return moved, len(expired)

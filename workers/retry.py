@@ -1,18 +1,19 @@
-"""Retry policy: exponential backoff with full jitter, bounded by attempts and elapsed time.
+"""Retry backoff: exponential with full jitter.
 
 Full jitter (``uniform(0, min(cap, base * 2 ** (n - 1)))``) spreads retries of jobs that
 failed together, so a dependency that recovers is not hit by a synchronized wave.
-The budget (``max_attempts``, ``max_elapsed_seconds``) is recorded on each job when it is
-accepted, from its kind in :data:`app.kinds.KINDS`; base and cap come from the kind.
+Base and cap come from the job's kind in :data:`app.kinds.KINDS`. Whether another
+attempt may run at all is not decided here: the budget (``max_attempts``,
+``max_elapsed_seconds``, recorded on each job when it is accepted) has one rule,
+:func:`app.lifecycle.budget_verdict`, applied on database time by the transition
+service for a worker's retry and for the reaper's rescue alike.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 from app.kinds import KINDS
-from app.lifecycle import Reason
 
 DEFAULT_BASE_SECONDS = 1.0
 DEFAULT_CAP_SECONDS = 60.0
@@ -36,39 +37,3 @@ def kind_backoff(kind: str, attempt: int, rng: random.Random | None = None) -> f
     base = spec.retry_base_seconds if spec else DEFAULT_BASE_SECONDS
     cap = spec.retry_max_seconds if spec else DEFAULT_CAP_SECONDS
     return backoff_seconds(attempt, base=base, cap=cap, rng=rng)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryLater:
-    delay_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class GiveUp:
-    reason: Reason
-
-
-RetryDecision = RetryLater | GiveUp
-
-
-def decide(
-    *,
-    kind: str,
-    charged_attempts: int,
-    max_attempts: int,
-    elapsed_seconds: float,
-    max_elapsed_seconds: float,
-    rng: random.Random | None = None,
-) -> RetryDecision:
-    """What to do after a recoverable error.
-
-    ``charged_attempts`` counts the attempt that just failed. Give up when no attempt
-    is left, or when the next attempt could not even start before the elapsed budget
-    runs out -- never loop forever, never drop silently.
-    """
-    if charged_attempts >= max_attempts:
-        return GiveUp(Reason.RETRIES_EXHAUSTED)
-    delay = kind_backoff(kind, charged_attempts, rng)
-    if elapsed_seconds + delay >= max_elapsed_seconds:
-        return GiveUp(Reason.TIME_EXHAUSTED)
-    return RetryLater(delay)

@@ -15,18 +15,16 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import reads
 from app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
-from app.db.schema import jobs
 from app.lifecycle import TERMINAL_STATES
 from app.logs import get_logger
 from app.storage import ResultStore
-from app.transitions import SYSTEM_SWEEPER, Applied, Transitions
+from app.transitions import Applied, Transitions
 
 log = get_logger("atlas.worker.sweeper")
 
@@ -73,32 +71,28 @@ class Sweeper:
         t = self.transitions
         async with self.engine.begin() as conn:
             rows = (
-                await conn.execute(
-                    EXPIRED_WAITS,
-                    {"limit": self.batch_size, "offset_seconds": t.clock.offset.total_seconds()},
-                )
+                await conn.execute(EXPIRED_WAITS, {"limit": self.batch_size, **t.clock.bind()})
             ).all()
-            passed = 0
-            for row in rows:
-                outcome = await t.pass_deadline(conn, row.id)
-                if isinstance(outcome, Applied):
-                    passed += 1
-                    log.info("wait.deadline_passed", job_id=str(row.id), to=outcome.to_state)
+            results = await t.pass_deadlines(conn, [row.id for row in rows])
+        passed = 0
+        for row, outcome in zip(rows, results, strict=True):
+            if isinstance(outcome, Applied):
+                passed += 1
+                log.info("wait.deadline_passed", job_id=str(row.id), to=outcome.to_state)
         return passed, len(rows)
 
     async def _expire_batch(self) -> tuple[int, int]:
         t = self.transitions
-        done: list[tuple[str, uuid.UUID]] = []
         async with self.engine.begin() as conn:
             rows = (
-                await conn.execute(
-                    EXPIRED_RESULTS,
-                    {"limit": self.batch_size, "offset_seconds": t.clock.offset.total_seconds()},
-                )
+                await conn.execute(EXPIRED_RESULTS, {"limit": self.batch_size, **t.clock.bind()})
             ).all()
-            for row in rows:
-                if isinstance(await t.expire_result(conn, row.id, actor=SYSTEM_SWEEPER), Applied):
-                    done.append((row.owner, row.id))
+            results = await t.expire_results(conn, [row.id for row in rows])
+        done = [
+            (row.owner, row.id)
+            for row, outcome in zip(rows, results, strict=True)
+            if isinstance(outcome, Applied)
+        ]
         for owner, job_id in done:
             await asyncio.to_thread(self.store.remove_published, owner, job_id)
             log.info("result.expired", job_id=str(job_id))
@@ -109,12 +103,7 @@ class Sweeper:
         if not staged:
             return 0
         async with self.engine.connect() as conn:
-            states = {
-                r.id: r.state
-                for r in await conn.execute(
-                    select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(staged))
-                )
-            }
+            states = await reads.job_states(conn, staged)
         terminal = {s.value for s in TERMINAL_STATES}
         finished = [j for j in staged if j not in states or states[j] in terminal]
         for job_id in finished:

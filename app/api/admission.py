@@ -3,7 +3,8 @@ work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429). Counted
   with a LIMIT along ``ix_jobs_owner_active``, so the check costs the same for an owner
-  with ten jobs or ten million finished ones.
+  with ten jobs or ten million finished ones, under a per-owner advisory lock held to
+  the end of the creating transaction, so concurrent creations cannot overshoot.
 * Globally, by queue age: while the oldest *claimable* job has waited longer than
   ``admission_max_queue_age_seconds``, workers are not keeping up (503). The age is the
   first entry of ``ix_jobs_claimable``.
@@ -15,13 +16,11 @@ from __future__ import annotations
 
 import math
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.errors import QueueBackedUpError, TooManyActiveJobsError
 from app.clock import Clock
-from app.db.schema import jobs
-from app.lifecycle import TERMINAL_STATES, JobState
+from app.db import queries, reads
 from app.settings import Settings
 
 RETRY_AFTER_SECONDS = 5
@@ -32,28 +31,20 @@ async def check_admission(
 ) -> None:
     limit = settings.admission_max_active_per_owner
     if limit is not None:
-        unfinished = (
-            select(jobs.c.id)
-            .where(jobs.c.owner == owner, jobs.c.state.not_in([s.value for s in TERMINAL_STATES]))
-            .limit(limit)
-            .subquery()
-        )
-        count = await conn.scalar(select(func.count()).select_from(unfinished))
-        if count is not None and count >= limit:
+        # Under the owner's admission lock until commit: two concurrent creations
+        # cannot both count the last free place.
+        await queries.lock_admission(conn, owner)
+        count = await reads.unfinished_jobs(conn, owner, up_to=limit)
+        if count >= limit:
             raise TooManyActiveJobsError(
                 f"{count} unfinished jobs (limit {limit}); wait for some to finish",
                 retry_after=RETRY_AFTER_SECONDS,
             )
     max_age = settings.admission_max_queue_age_seconds
     if max_age is not None:
-        oldest = await conn.scalar(
-            select(func.extract("epoch", clock.now() - func.min(jobs.c.available_at))).where(
-                jobs.c.state == JobState.QUEUED.value, jobs.c.available_at <= clock.now()
-            )
-        )
-        if oldest is not None and float(oldest) > max_age:
+        oldest = await reads.oldest_claimable_age(conn, clock.now())
+        if oldest is not None and oldest > max_age:
             raise QueueBackedUpError(
-                f"the oldest claimable job has waited {float(oldest):.0f} s "
-                f"(limit {max_age:.0f} s)",
+                f"the oldest claimable job has waited {oldest:.0f} s (limit {max_age:.0f} s)",
                 retry_after=max(RETRY_AFTER_SECONDS, math.ceil(max_age / 2)),
             )

@@ -1,6 +1,6 @@
 """Job creation with the Idempotency-Key protocol (SPEC section 2).
 
-One transaction per request:
+One transaction per request (the caller's):
 
 1. ``pg_try_advisory_xact_lock(hashtextextended(owner || ':' || key, 0))`` -- if another
    transaction holds it, that request is in flight: answer 409 + Retry-After at once
@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.admission import check_admission
 from app.api.errors import (
@@ -35,7 +34,7 @@ from app.api.errors import (
 )
 from app.api.schemas import JobCreateBase
 from app.apikeys import Principal
-from app.db.schema import idempotency_keys, jobs
+from app.db import queries, reads
 from app.kinds import KINDS, KindSpec
 from app.settings import Settings
 from app.transitions import Actor, NewJob, Transitions
@@ -73,7 +72,7 @@ def fingerprint(kind: str, normalized_input: dict[str, Any]) -> str:
 
 
 async def create_job(
-    engine: AsyncEngine,
+    conn: AsyncConnection,
     transitions: Transitions,
     principal: Principal,
     body: JobCreateBase,
@@ -94,48 +93,26 @@ async def create_job(
         idempotency_key=idempotency_key,
     )
     actor = Actor("client", principal.owner)
-    async with engine.begin() as conn:
-        if idempotency_key is None:
-            await check_admission(
-                conn, owner=principal.owner, settings=settings, clock=transitions.clock
-            )
-            return Created((await transitions.create(conn, new, actor=actor)).job, False)
-        scope = principal.owner + ":" + idempotency_key
-        locked = await conn.scalar(
-            select(func.pg_try_advisory_xact_lock(func.hashtextextended(scope, 0)))
-        )
-        if not locked:
-            raise IdempotencyKeyInFlightError(retry_after=1)
-        digest = fingerprint(spec.name, normalized)
-        seen = (
-            await conn.execute(
-                select(idempotency_keys.c.fingerprint, idempotency_keys.c.job_id).where(
-                    idempotency_keys.c.owner == principal.owner,
-                    idempotency_keys.c.key == idempotency_key,
-                )
-            )
-        ).first()
-        if seen is not None:
-            if seen.fingerprint != digest:
-                raise IdempotencyKeyReusedError()
-            job = (
-                await conn.execute(
-                    select(jobs).where(jobs.c.id == seen.job_id, jobs.c.owner == principal.owner)
-                )
-            ).first()
-            if job is None:  # pragma: no cover - the key row cascades with its job
-                raise JobNotFoundError()
-            return Created(job, True)
+    if idempotency_key is None:
         await check_admission(
             conn, owner=principal.owner, settings=settings, clock=transitions.clock
         )
-        created = await transitions.create(conn, new, actor=actor)
-        await conn.execute(
-            insert(idempotency_keys).values(
-                owner=principal.owner,
-                key=idempotency_key,
-                fingerprint=digest,
-                job_id=created.job.id,
-            )
-        )
-        return Created(created.job, False)
+        return Created((await transitions.create(conn, new, actor=actor)).job, False)
+    if not await queries.try_idempotency_lock(conn, principal.owner, idempotency_key):
+        raise IdempotencyKeyInFlightError(retry_after=1)
+    digest = fingerprint(spec.name, normalized)
+    seen = await reads.idempotency_key(
+        conn, principal.owner, idempotency_key, now=transitions.clock.now()
+    )
+    if seen is not None:
+        if seen.fingerprint != digest:
+            raise IdempotencyKeyReusedError()
+        if seen.job is None:  # pragma: no cover - the key row cascades with its job
+            raise JobNotFoundError()
+        return Created(seen.job, True)
+    await check_admission(conn, owner=principal.owner, settings=settings, clock=transitions.clock)
+    created = await transitions.create(conn, new, actor=actor)
+    await queries.remember_idempotency_key(
+        conn, principal.owner, idempotency_key, fingerprint=digest, job_id=created.job.id
+    )
+    return Created(created.job, False)

@@ -1,4 +1,5 @@
-"""Reading a job for an HTTP answer: status body, validators and polling headers."""
+"""Job rows -> HTTP answers: the status body, its validators and polling headers, and
+the one mapping of a refused move (:class:`~app.transitions.Rejected`) to its problem."""
 
 from __future__ import annotations
 
@@ -6,39 +7,128 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from fastapi import Response
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.api.errors import JobNotFoundError
+from app.api.errors import (
+    ApiError,
+    CancelTooLateError,
+    JobNotFoundError,
+    JobStateConflictError,
+    NotAwaitingReviewError,
+)
 from app.api.schemas import JobPublic
 from app.api.views import etag, job_status, retry_after_seconds
+from app.clock import Clock
 from app.db import reads
-from app.lifecycle import JobState, is_terminal
+from app.lifecycle import TERMINAL_STATES, JobState, TransitionName, is_terminal
+from app.transitions import Applied, MoveResult, Rejected, RejectReason
+
+
+async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:
+    """The status body of a job row; its stages are read only when it has a plan."""
+    stages = (await reads.stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
+    return job_status(job, stages)
 
 
 async def read_status(
-    conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None
+    conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
 ) -> tuple[Any, JobPublic]:
     """The job row and its status body; 404 for unknown *and* for not-yours."""
-    job = await reads.get_job(conn, job_id, owner=owner)
+    job = await reads.get_job(conn, job_id, owner=owner, now=(clock or Clock()).now())
     if job is None:
         raise JobNotFoundError()
-    stages = (await reads.stages_for(conn, [job.id]))[job.id]
-    return job, job_status(job, stages)
+    return job, await public_status(conn, job)
 
 
 async def read_status_once(
-    engine: AsyncEngine, job_id: uuid.UUID, *, owner: str | None
+    engine: AsyncEngine, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
 ) -> tuple[Any, JobPublic]:
     """Like :func:`read_status` on a short-lived connection (nothing held while waiting)."""
     async with engine.connect() as conn:
-        return await read_status(conn, job_id, owner=owner)
+        return await read_status(conn, job_id, owner=owner, clock=clock)
 
 
 def status_headers(job: Any, status: JobPublic) -> dict[str, str]:
-    """ETag always; Retry-After while the job is not terminal."""
+    """ETag always; Retry-After while the job is not terminal (against the database time
+    the row was read or written at)."""
     found = {"ETag": etag(job.version)}
     state = JobState(job.state)
     if not is_terminal(state):
-        seconds = retry_after_seconds(state, status.next_attempt_at, datetime.now(UTC))
-        found["Retry-After"] = str(seconds)
+        now = getattr(job, "observed_at", None) or datetime.now(UTC)
+        found["Retry-After"] = str(retry_after_seconds(state, status.next_attempt_at, now))
     return found
+
+
+async def answer(
+    conn: AsyncConnection, outcome: MoveResult, response: Response
+) -> JobPublic | ApiError:
+    """The answer to a move: the status of the row the write returned (same
+    connection, same transaction; nothing is re-read), or the move's problem -- returned,
+    not raised, so the transaction still commits what a refusal records (a late cancel):
+    raise it with :func:`settle` after the commit."""
+    if isinstance(outcome, Rejected):
+        if _already_done(outcome) and outcome.job is not None:
+            return await answer_row(conn, outcome.job, response)
+        return await problem_for(conn, outcome)
+    return await answer_row(conn, outcome.job, response)
+
+
+def settle(reply: JobPublic | ApiError) -> JobPublic:
+    """The body of an :func:`answer`, or its problem raised."""
+    if isinstance(reply, ApiError):
+        raise reply
+    return reply
+
+
+async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
+    public = await public_status(conn, job)
+    response.headers.update(status_headers(job, public))
+    return public
+
+
+def _already_done(outcome: Rejected) -> bool:
+    """A repeated cancel of a job whose cancel took effect is answered like the first
+    (SPEC: "a repeat after the cancel took effect is 202 too")."""
+    return outcome.transition == TransitionName.REQUEST_CANCEL and outcome.current in {
+        JobState.CANCEL_REQUESTED,
+        JobState.CANCELED,
+    }
+
+
+async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
+    """The one mapping of a refused move to its RFC 9457 problem."""
+    if outcome.reason == RejectReason.NOT_FOUND or outcome.job is None:
+        return JobNotFoundError()
+    public = await public_status(conn, outcome.job)
+    facts: dict[str, Any] = {"state": public.state.value, "delivery": public.delivery.state.value}
+    name = outcome.transition
+    if name == TransitionName.REQUEST_CANCEL and outcome.current in TERMINAL_STATES:
+        return CancelTooLateError(
+            f"The job is already {public.state.value}",
+            job=public.model_dump(mode="json"),
+            **facts,
+        )
+    if name == TransitionName.REQUEST_CANCEL:
+        return JobStateConflictError(
+            f"A {public.state.value} job is canceled by an operator decision", **facts
+        )
+    if name in {TransitionName.APPROVE, TransitionName.REJECT}:
+        return NotAwaitingReviewError(
+            f"The job is {public.state.value} ({public.reason.value}), not waiting for review",
+            **facts,
+        )
+    return JobStateConflictError(f"Not allowed while the job is {public.state.value}", **facts)
+
+
+__all__ = [
+    "Applied",
+    "answer",
+    "answer_row",
+    "problem_for",
+    "public_status",
+    "read_status",
+    "read_status_once",
+    "settle",
+    "status_headers",
+]

@@ -1,20 +1,82 @@
-"""Named SQL for the hot paths, each with a one-line description.
+"""Named SQL that is not a single transition, each with a one-line description.
 
-Everything else is SQLAlchemy Core in :mod:`app.transitions`. States in these
-statements come from :mod:`app.lifecycle` (interpolated constants, never input).
+Where SQL lives (and nowhere else):
+
+* :mod:`app.db.moves` -- every transition of a job, generated from its declaration;
+* this module -- creation, claiming and the maintenance selections (reaper, sweeper),
+  whose literals also come from :mod:`app.lifecycle`;
+* :mod:`app.db.reads` -- reads for the API and the workers (never locking);
+* :mod:`app.transitions` -- the side tables a move writes with it (stages,
+  checkpoints), in the move's transaction;
+* :mod:`app.apikeys` -- API keys.
+
+States here are interpolated constants from :mod:`app.lifecycle`, never input.
 """
 
 from __future__ import annotations
 
+import uuid
+
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.lifecycle import DELIVERY_MOVES, AttemptOutcome, DeliveryState, JobState, Reason
-
-_Q, _R, _CR = JobState.QUEUED.value, JobState.RUNNING.value, JobState.CANCEL_REQUESTED.value
-_NOW = "(now() + make_interval(secs => :offset_seconds))"
-_PUBLISHABLE_FROM = ", ".join(
-    sorted(f"'{src.value}'" for src, dst in DELIVERY_MOVES if dst == DeliveryState.AVAILABLE)
+from app.clock import NOW_SQL
+from app.lifecycle import (
+    CANCEL_TOO_LATE,
+    TRANSITIONS,
+    AttemptOutcome,
+    JobState,
+    Reason,
+    TransitionName,
 )
+
+_CLAIM = TRANSITIONS[TransitionName.CLAIM]
+[(_Q, _R)] = [(str(s), str(t)) for s, t in _CLAIM.moves.items() if s is not None]
+_CLAIMED = _CLAIM.reason_for(JobState(_R)).value
+_CR = JobState.CANCEL_REQUESTED.value
+_NOW = NOW_SQL
+
+# create: new jobs (queued, reason new) and their history rows in ONE statement, for one
+# job or a batch. Ids come from the caller so the history rows join on them.
+CREATE = text(f"""
+WITH input AS (
+    SELECT *
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]),
+                  CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]),
+                  CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]),
+                  CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]),
+                  CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]))
+           WITH ORDINALITY
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds,
+                request_id, idempotency_key, replay_of, data, ord)
+), created AS (
+    INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
+                      max_elapsed_seconds, created_at, updated_at, available_at,
+                      budget_started_at, request_id, idempotency_key, replay_of)
+    SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
+           max_attempts, max_elapsed_seconds, {_NOW}, {_NOW}, {_NOW}, {_NOW}, request_id,
+           idempotency_key, replay_of
+      FROM input
+     ORDER BY ord
+ RETURNING *, {_NOW} AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             event_id, note, data)
+    SELECT i.id, {_NOW}, CAST(:transition AS text), NULL, '{JobState.QUEUED}',
+           '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+      FROM input AS i
+)
+SELECT * FROM created ORDER BY seq
+""")
+
+# late_cancel: a cancel that found the job finished changes nothing but is recorded
+# (from = to = the final state), so the late request is visible in the history.
+LATE_CANCEL = text(f"""
+INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                         event_id, note)
+VALUES (:job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
+        '{CANCEL_TOO_LATE}', :actor, :event_id, :note)
+""")
 
 # claim: queued -> running for up to :limit jobs, each with a new attempt id (the fencing
 # token), an attempts row and a history row, in ONE statement and one short transaction.
@@ -39,7 +101,7 @@ WITH picked AS (
 ), claimed AS (
     UPDATE jobs AS j
        SET state = '{_R}',
-           reason = '{Reason.CLAIMED.value}',
+           reason = '{_CLAIMED}',
            attempt = j.attempt + 1,
            charged_attempts = j.charged_attempts + 1,
            current_attempt_id = gen_random_uuid(),
@@ -60,24 +122,51 @@ WITH picked AS (
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              attempt_id)
-    SELECT id, updated_at, 'claim', '{_Q}', '{_R}', '{Reason.CLAIMED.value}', :actor,
+    SELECT id, updated_at, '{_CLAIM.name}', '{_Q}', '{_R}', '{_CLAIMED}', :actor,
            current_attempt_id
       FROM claimed
 )
-SELECT * FROM claimed ORDER BY seq
+SELECT *, {_NOW} AS observed_at FROM claimed ORDER BY seq
 """)
 
-# expired_leases: jobs whose lease ran out, locked for the reaper in a bounded batch.
+# expired_leases: jobs whose lease ran out, locked for the reaper in a bounded batch,
+# with the facts of their retry budget on database time.
 # SKIP LOCKED lets several reapers (one per worker process) share the work; a job whose
 # worker is mid-transition is skipped now and seen on the next pass.
 EXPIRED_LEASES = text(f"""
-SELECT id
+SELECT id, state, kind, attempt, charged_attempts, max_attempts, max_elapsed_seconds,
+       extract(epoch FROM {_NOW} - budget_started_at)::float8 AS elapsed_seconds
   FROM jobs
  WHERE state IN ('{_R}', '{_CR}')
    AND lease_expires_at <= {_NOW}
  ORDER BY lease_expires_at
  LIMIT :limit
    FOR UPDATE SKIP LOCKED
+""")
+
+# lease_facts: the same facts for named jobs, locked (a rescue of one job; the budget of
+# an attempt that ended with a recoverable error).
+LEASE_FACTS = text(f"""
+SELECT id, state, kind, attempt, charged_attempts, max_attempts, max_elapsed_seconds,
+       current_attempt_id,
+       (lease_expires_at <= {_NOW}) IS TRUE AS lease_expired,
+       extract(epoch FROM {_NOW} - budget_started_at)::float8 AS elapsed_seconds
+  FROM jobs
+ WHERE id = ANY(CAST(:job_ids AS uuid[]))
+ ORDER BY id
+   FOR UPDATE
+""")
+
+# lock_for_publication: the job row lock that serializes publication against
+# cancellation, taken only while the attempt still holds a live lease.
+LOCK_FOR_PUBLICATION = text(f"""
+SELECT id
+  FROM jobs
+ WHERE id = :job_id
+   AND current_attempt_id = :attempt_id
+   AND state IN ({", ".join(f"'{s}'" for s in sorted(TRANSITIONS[TransitionName.PUBLISH].sources))})
+   AND lease_expires_at > {_NOW}
+   FOR UPDATE
 """)
 
 # expired_results: published results whose retention passed, for the sweeper.
@@ -91,110 +180,10 @@ SELECT id, owner
    FOR UPDATE SKIP LOCKED
 """)
 
-# heartbeat_many: extend the leases of every attempt one worker holds, in one statement.
-#
-# * Fenced: a row matches only while the caller's attempt id is current and its lease
-#   is live, so a stale worker extends nothing (and learns it from lease_status).
-# * SKIP LOCKED: a row locked by a publication or a cancel in flight is skipped this
-#   round, so a heartbeat never waits behind them; its lease is still live and the next
-#   beat extends it. ORDER BY id keeps the lock order fixed across workers.
-# * Heartbeats do not bump ``version``: they are not a visible change of the job.
-HEARTBEAT_MANY = text(f"""
-WITH wanted AS (
-    SELECT w.job_id, w.attempt_id
-      FROM unnest(CAST(:job_ids AS uuid[]), CAST(:attempt_ids AS uuid[]))
-           AS w(job_id, attempt_id)
-), locked AS (
-    SELECT j.id
-      FROM jobs AS j
-      JOIN wanted AS w ON j.id = w.job_id AND j.current_attempt_id = w.attempt_id
-     WHERE j.state IN ('{_R}', '{_CR}')
-       AND j.lease_expires_at > {_NOW}
-     ORDER BY j.id
-       FOR UPDATE OF j SKIP LOCKED
-), beat AS (
-    UPDATE jobs AS j
-       SET lease_expires_at = {_NOW} + make_interval(secs => :lease_seconds),
-           heartbeat_at = {_NOW}
-      FROM locked
-     WHERE j.id = locked.id
- RETURNING j.id, j.state, j.current_attempt_id, j.lease_expires_at, j.heartbeat_at
-), extended AS (
-    UPDATE attempts AS a
-       SET lease_expires_at = beat.lease_expires_at,
-           heartbeat_at = beat.heartbeat_at
-      FROM beat
-     WHERE a.id = beat.current_attempt_id
-)
-SELECT id, state FROM beat
-""")
-
-# lease_status: without locking, whether attempts still hold their jobs (used for the
-# rows heartbeat_many skipped: a held row is merely locked, anything else is lost).
-LEASE_STATUS = text(f"""
-SELECT id, state, current_attempt_id, (lease_expires_at > {_NOW}) AS lease_live
-  FROM jobs
- WHERE id = ANY(CAST(:job_ids AS uuid[]))
-""")
-
-# publish_many: the batched twin of Transitions.publish for results without files (the
-# no-op kind): succeeded + available for many attempts in ONE statement, with their
-# attempts ended and their history rows written -- a group commit of completions.
-#
-# * Fenced like publish: only rows still held by the given attempt with a live lease,
-#   whose delivery may become available (never a partial package).
-# * FOR UPDATE (not SKIP LOCKED), ORDER BY id: a concurrent cancel on one of the rows is
-#   waited for, in a fixed lock order, and then loses (cancel_requested -> succeeded is
-#   the "publication won" move); rows that no longer match are left out of RETURNING.
-PUBLISH_MANY = text(f"""
-WITH done AS (
-    SELECT d.job_id, d.attempt_id
-      FROM unnest(CAST(:job_ids AS uuid[]), CAST(:attempt_ids AS uuid[]))
-           AS d(job_id, attempt_id)
-), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS attempt_id
-      FROM jobs AS j
-      JOIN done AS d ON j.id = d.job_id AND j.current_attempt_id = d.attempt_id
-     WHERE j.state IN ('{_R}', '{_CR}')
-       AND j.lease_expires_at > {_NOW}
-       AND j.delivery_state IN ({_PUBLISHABLE_FROM})
-     ORDER BY j.id
-       FOR UPDATE OF j
-), published AS (
-    UPDATE jobs AS j
-       SET state = '{JobState.SUCCEEDED.value}',
-           reason = '{Reason.PUBLISHED.value}',
-           delivery_state = 'available',
-           result_ref = CAST(:result_ref AS jsonb),
-           delivery_expires_at = {_NOW} + make_interval(secs => :ttl_seconds),
-           finished_at = {_NOW},
-           updated_at = {_NOW},
-           version = j.version + 1,
-           current_attempt_id = NULL,
-           lease_expires_at = NULL,
-           worker_id = NULL
-      FROM locked
-     WHERE j.id = locked.id
- RETURNING j.id, locked.from_state, locked.attempt_id, j.updated_at
-), ended AS (
-    UPDATE attempts AS a
-       SET outcome = '{AttemptOutcome.SUCCEEDED.value}', ended_at = published.updated_at
-      FROM published
-     WHERE a.id = published.attempt_id
-), recorded AS (
-    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
-                             attempt_id)
-    SELECT id, updated_at, 'publish', from_state, '{JobState.SUCCEEDED.value}',
-           '{Reason.PUBLISHED.value}', :actor, attempt_id
-      FROM published
-)
-SELECT id FROM published
-""")
-
 # expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the
 # sweeper, which applies each job's rule (fail or escalate to unresolved).
 EXPIRED_WAITS = text(f"""
-SELECT id
+SELECT id, wait_on_deadline
   FROM jobs
  WHERE state = '{JobState.WAITING.value}'
    AND wait_deadline_at <= {_NOW}
@@ -202,3 +191,38 @@ SELECT id
  LIMIT :limit
    FOR UPDATE SKIP LOCKED
 """)
+
+# idempotency_lock: the in-flight guard of an Idempotency-Key, per owner, held until
+# the creating transaction ends; try-only, so a racing request is answered 409 at once.
+IDEMPOTENCY_LOCK = text("""
+SELECT pg_try_advisory_xact_lock(hashtextextended(CAST(:scope AS text), 0))
+""")
+
+# remember_idempotency_key: the key row, in the transaction that created its job.
+REMEMBER_IDEMPOTENCY_KEY = text("""
+INSERT INTO idempotency_keys (owner, key, fingerprint, job_id)
+VALUES (:owner, :key, :fingerprint, :job_id)
+""")
+
+# admission_lock: serializes the creations of one owner while an admission cap is
+# counted, so concurrent requests cannot both see room for one more job.
+ADMISSION_LOCK = text("""
+SELECT pg_advisory_xact_lock(hashtextextended('admission:' || CAST(:owner AS text), 0))
+""")
+
+
+async def try_idempotency_lock(conn: AsyncConnection, owner: str, key: str) -> bool:
+    return bool(await conn.scalar(IDEMPOTENCY_LOCK, {"scope": f"{owner}:{key}"}))
+
+
+async def remember_idempotency_key(
+    conn: AsyncConnection, owner: str, key: str, *, fingerprint: str, job_id: uuid.UUID
+) -> None:
+    await conn.execute(
+        REMEMBER_IDEMPOTENCY_KEY,
+        {"owner": owner, "key": key, "fingerprint": fingerprint, "job_id": job_id},
+    )
+
+
+async def lock_admission(conn: AsyncConnection, owner: str) -> None:
+    await conn.execute(ADMISSION_LOCK, {"owner": owner})

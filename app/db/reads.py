@@ -13,18 +13,33 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, func, select
+from sqlalchemy import ColumnElement, Row, and_, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.schema import attempts, job_history, job_stages, jobs
-from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
+from app.db.schema import (
+    attempts,
+    idempotency_keys,
+    job_checkpoints,
+    job_history,
+    job_stages,
+    jobs,
+)
+from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState
 
 
 async def get_job(
-    conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    owner: str | None,
+    now: ColumnElement[datetime] | None = None,
 ) -> Row[Any] | None:
-    """One job row, or ``None`` when it does not exist or belongs to someone else."""
-    query = select(jobs).where(jobs.c.id == job_id)
+    """One job row, or ``None`` when it does not exist or belongs to someone else.
+
+    ``observed_at`` is the database time of the read (``now``: the caller's clock)."""
+    query = select(jobs, (now if now is not None else func.now()).label("observed_at")).where(
+        jobs.c.id == job_id
+    )
     if owner is not None:
         query = query.where(jobs.c.owner == owner)
     return (await conn.execute(query)).first()
@@ -65,6 +80,76 @@ async def history(
         .limit(limit)
     )
     return list(rows.all())
+
+
+async def checkpoints(conn: AsyncConnection, job_id: uuid.UUID) -> dict[tuple[str, str], Any]:
+    """The durable checkpoints of a job's earlier attempts: ``(stage, unit) -> data``."""
+    rows = await conn.execute(
+        select(job_checkpoints.c.stage, job_checkpoints.c.unit_name, job_checkpoints.c.data).where(
+            job_checkpoints.c.job_id == job_id
+        )
+    )
+    return {(r.stage, r.unit_name): r.data for r in rows}
+
+
+async def job_states(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The state of each of ``job_ids`` that exists."""
+    rows = await conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(list(job_ids))))
+    return {r.id: r.state for r in rows}
+
+
+async def migration_heads(conn: AsyncConnection) -> set[str]:
+    """The alembic revisions the database is at."""
+    rows = await conn.execute(text("SELECT version_num FROM alembic_version"))
+    return {r.version_num for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class SeenKey:
+    fingerprint: str
+    job: Row[Any] | None
+
+
+async def idempotency_key(
+    conn: AsyncConnection, owner: str, key: str, *, now: ColumnElement[datetime]
+) -> SeenKey | None:
+    """An owner's Idempotency-Key with its job, in one query."""
+    row = (
+        await conn.execute(
+            select(idempotency_keys.c.fingerprint, jobs, now.label("observed_at"))
+            .select_from(
+                idempotency_keys.outerjoin(
+                    jobs, and_(jobs.c.id == idempotency_keys.c.job_id, jobs.c.owner == owner)
+                )
+            )
+            .where(idempotency_keys.c.owner == owner, idempotency_keys.c.key == key)
+        )
+    ).first()
+    if row is None:
+        return None
+    return SeenKey(row.fingerprint, row if row.id is not None else None)
+
+
+async def unfinished_jobs(conn: AsyncConnection, owner: str, *, up_to: int) -> int:
+    """How many unfinished jobs the owner has, counted up to ``up_to`` along
+    ``ix_jobs_owner_active`` (the same cost for ten jobs or ten million finished ones)."""
+    unfinished = (
+        select(jobs.c.id)
+        .where(jobs.c.owner == owner, jobs.c.state.not_in([s.value for s in TERMINAL_STATES]))
+        .limit(up_to)
+        .subquery()
+    )
+    return int(await conn.scalar(select(func.count()).select_from(unfinished)) or 0)
+
+
+async def oldest_claimable_age(conn: AsyncConnection, now: ColumnElement[datetime]) -> float | None:
+    """Seconds the oldest claimable job has waited (the first entry of ix_jobs_claimable)."""
+    age = await conn.scalar(
+        select(func.extract("epoch", now - func.min(jobs.c.available_at))).where(
+            jobs.c.state == JobState.QUEUED.value, jobs.c.available_at <= now
+        )
+    )
+    return None if age is None else float(age)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +241,18 @@ async def counts_by_state(conn: AsyncConnection) -> list[Row[Any]]:
 __all__ = [
     "JobFilter",
     "QueueLine",
+    "SeenKey",
+    "checkpoints",
     "counts_by_state",
     "get_job",
     "get_version",
     "history",
+    "idempotency_key",
+    "job_states",
     "list_jobs",
+    "migration_heads",
+    "oldest_claimable_age",
     "queue_view",
     "stages_for",
+    "unfinished_jobs",
 ]

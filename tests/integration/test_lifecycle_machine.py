@@ -58,6 +58,7 @@ from app.lifecycle import (
     DeliveryState,
     JobState,
     Reason,
+    budget_verdict,
 )
 from app.transitions import Actor, Applied, NewJob, Rejected, RejectReason, Transitions, error_doc
 from tests.support import Server
@@ -108,6 +109,7 @@ class JobModel:
     terminal: JobState | None = None
     version: int = 1
     budget_from: float = 0.0  # clock offset (s) when the elapsed-time budget started
+    wait_reason: Reason | None = None
 
 
 SNAPSHOT = text("""
@@ -345,14 +347,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert state is None
             assert self.snapshot(job_id) == before
 
-    @precondition(lambda self: self.some("record_progress"))
+    @precondition(lambda self: self.some("declare_plan"))
     @rule(pick=PICK, which=WHICH)
     def set_plan(self, pick: Pick, which: str) -> None:
-        job_id = self.choose(pick, "record_progress")
+        job_id = self.choose(pick, "declare_plan")
         job, target = self.worker_call(
             job_id,
             which,
-            "record_progress",
+            "declare_plan",
             lambda conn, a: self.t.set_plan(conn, job_id, a, [(STAGE, "tiles", 4)], actor=WORKER),
         )
         if target is not None:
@@ -398,14 +400,29 @@ class LifecycleMachine(RuleBasedStateMachine):
         delivery=st.sampled_from([DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE]),
     )
     def stage_output(self, pick: Pick, which: str, delivery: DeliveryState) -> None:
+        """Private outputs move forward or stay; a move the delivery table does not
+        allow (staged back to partial) is refused, and changes nothing."""
         job_id = self.choose(pick, "stage_output")
+        job = self.models[job_id]
+        attempt = self.attempt(job, which)
+        allowed = (job.delivery, delivery) in DELIVERY_MOVES or job.delivery == delivery
+        holding = TRANSITIONS["stage_output"].target(job.state) and self.holds(job, attempt)
+        if holding and not allowed:
+            before = self.snapshot(job_id)
+            outcome = self.tx(
+                lambda conn: self.t.stage_output(conn, job_id, attempt, delivery, actor=WORKER)
+            )
+            assert outcome == Rejected("stage_output", RejectReason.ILLEGAL, job.state)
+            assert self.snapshot(job_id) == before, "a refused delivery move wrote"
+            event("stage_output: delivery move refused")
+            return
         job, target = self.worker_call(
             job_id,
             which,
             "stage_output",
             lambda conn, a: self.t.stage_output(conn, job_id, a, delivery, actor=WORKER),
         )
-        if target is not None and (job.delivery, delivery) in DELIVERY_MOVES:
+        if target is not None:
             job.delivery = delivery
 
     @precondition(lambda self: self.some("retry_later"))
@@ -474,6 +491,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         if target is not None:
             self.move(job, target)
+            job.wait_reason = reason
 
     @precondition(lambda self: self.some("stop_canceled"))
     @rule(pick=PICK, which=WHICH)
@@ -598,7 +616,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         if job.state == JobState.CANCEL_REQUESTED:
             expected = ("rescue", JobState.CANCELED)
-        elif job.charged >= job.max_attempts or self.offset() - job.budget_from >= MAX_ELAPSED:
+        elif budget_verdict(
+            charged_attempts=job.charged,
+            max_attempts=job.max_attempts,
+            elapsed_seconds=self.offset() - job.budget_from,
+            max_elapsed_seconds=MAX_ELAPSED,
+        ):
             expected = ("rescue_exhausted", JobState.UNRESOLVED)
         else:
             expected = ("rescue", JobState.QUEUED)
@@ -640,7 +663,13 @@ class LifecycleMachine(RuleBasedStateMachine):
             outcome = self.tx(lambda conn: self.t.approve(conn, job_id, actor=OPERATOR))
         else:
             outcome = self.tx(lambda conn: self.t.reject(conn, job_id, actor=OPERATOR))
-        target = self.expect(job, "approve" if approve else "reject", outcome)
+        name = "approve" if approve else "reject"
+        if job.state == JobState.WAITING and job.wait_reason != Reason.REVIEW:
+            # Only a review wait is decided by a review (an external wait is not).
+            assert outcome == Rejected(name, RejectReason.ILLEGAL, job.state)
+            event(f"{name}: not a review wait")
+            return
+        target = self.expect(job, name, outcome)
         if target is not None:
             self.move(job, target)
 

@@ -21,8 +21,8 @@ from app.lifecycle import TERMINAL_STATES, DeliveryState, JobState, Reason
 from app.transitions import (
     Actor,
     Applied,
+    MoveResult,
     NewJob,
-    Outcome,
     Rejected,
     RejectReason,
     Transitions,
@@ -76,7 +76,7 @@ async def claim_one(engine: AsyncEngine, t: Transitions, made: MadeJob) -> uuid.
 
 async def rescue_after_lease(
     engine: AsyncEngine, t: Transitions, clock: Clock, job_id: uuid.UUID
-) -> Outcome:
+) -> MoveResult:
     clock.advance(LEASE + 1)
     async with engine.begin() as conn:
         return await t.rescue(conn, job_id, backoff_seconds=0)

@@ -13,6 +13,7 @@ import pytest
 
 from app.lifecycle import (
     ACTIVE_STATES,
+    DEFAULT_REASONS,
     DELIVERY_DOCS,
     DELIVERY_MOVES,
     EDGES,
@@ -23,8 +24,9 @@ from app.lifecycle import (
     DeliveryState,
     JobState,
     Reason,
+    TransitionName,
+    budget_verdict,
 )
-from app.transitions import _default_reason
 
 NAMED_MOVES = {
     (name, source, target) for name, t in TRANSITIONS.items() for source, target in t.moves.items()
@@ -72,7 +74,68 @@ def test_docs_and_reasons_cover_exactly_the_vocabularies() -> None:
 
 @pytest.mark.parametrize("state", list(JobState))
 def test_default_reason_is_allowed_for_its_state(state: JobState) -> None:
-    assert _default_reason(state) in STATE_REASONS[state]
+    assert DEFAULT_REASONS[state] in STATE_REASONS[state]
+
+
+@pytest.mark.parametrize("name", list(TRANSITIONS))
+def test_declared_reasons_go_with_their_targets(name: str) -> None:
+    spec = TRANSITIONS[name]
+    assert set(spec.reasons) <= set(spec.moves.values()), "a reason for a state never reached"
+    for target in set(spec.moves.values()):
+        assert spec.reason_for(target) in STATE_REASONS[target]
+
+
+def test_every_transition_is_named_by_the_enum() -> None:
+    assert set(TRANSITIONS) == set(TransitionName)
+    assert all(isinstance(name, TransitionName) for name in TRANSITIONS)
+
+
+def test_declared_delivery_moves_follow_the_delivery_table() -> None:
+    for spec in TRANSITIONS.values():
+        for wanted in spec.delivery:
+            allowed = [c for c in DeliveryState if spec.delivery_allows(c, wanted)]
+            assert allowed, f"{spec.name} can never reach {wanted}"
+            for current in allowed:
+                assert (current, wanted) in DELIVERY_MOVES or (
+                    current == wanted and spec.delivery_may_stay
+                )
+
+
+def test_only_bookkeeping_moves_keep_the_state() -> None:
+    """Heartbeats, progress and staging keep the state; the executor relies on every
+    state-changing move changing it from every source (reason and ``finished_at``)."""
+    for spec in TRANSITIONS.values():
+        kept = [s for s, t in spec.moves.items() if s == t]
+        if kept and spec.name != TransitionName.EXPIRE_RESULT:
+            assert set(kept) == spec.sources <= ACTIVE_STATES, spec.name
+        if not spec.visible:
+            assert not spec.records, spec.name
+            assert not spec.changes_state, spec.name
+
+
+@pytest.mark.parametrize(
+    ("charged", "elapsed", "delay", "verdict"),
+    [
+        (1, 0.0, 0.0, None),
+        (3, 0.0, 0.0, Reason.RETRIES_EXHAUSTED),
+        (4, 0.0, 0.0, Reason.RETRIES_EXHAUSTED),
+        (1, 99.0, 0.0, None),
+        (1, 100.0, 0.0, Reason.TIME_EXHAUSTED),
+        (1, 95.0, 5.0, Reason.TIME_EXHAUSTED),
+        (3, 100.0, 0.0, Reason.RETRIES_EXHAUSTED),
+    ],
+)
+def test_one_budget_rule(charged: int, elapsed: float, delay: float, verdict: Reason) -> None:
+    assert (
+        budget_verdict(
+            charged_attempts=charged,
+            max_attempts=3,
+            elapsed_seconds=elapsed,
+            max_elapsed_seconds=100,
+            delay_seconds=delay,
+        )
+        == verdict
+    )
 
 
 def test_fenced_transitions_start_where_a_worker_holds_the_lease() -> None:

@@ -51,7 +51,7 @@ async def test_claim_query_uses_the_partial_index_with_50000_queued_jobs(
                     "handlers": [handler_key("atlas.noop", 1)],
                     "limit": 10,
                     "lease_seconds": 30.0,
-                    "offset_seconds": 0.0,
+                    "clock_offset": 0.0,
                 },
             )
         ).scalar_one()
@@ -82,7 +82,7 @@ async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stal
                         "handlers": [handler_key("atlas.noop", 1)],
                         "limit": 16,
                         "lease_seconds": 30.0,
-                        "offset_seconds": 0.0,
+                        "clock_offset": 0.0,
                     },
                 )
             ).scalar_one()

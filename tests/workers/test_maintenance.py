@@ -13,7 +13,7 @@ from app.clock import Clock
 from app.db.schema import attempts, job_history
 from app.lifecycle import DeliveryState, JobState, Reason
 from app.storage import FilesystemStore
-from app.transitions import Actor, Transitions
+from app.transitions import Actor, Applied, Rejected, RejectReason, Transitions
 from tests.factory import JobFactory
 from tests.workers.dbwait import history
 from workers.reaper import Reaper
@@ -195,7 +195,9 @@ async def test_publish_many_is_fenced_and_writes_history_and_attempts(
             actor=WORKER,
         )
 
-    assert published == {held.id, canceling.id}
+    assert [type(r).__name__ for r in published] == ["Applied", "Applied", "Rejected"]
+    assert {r.job.id for r in published if isinstance(r, Applied)} == {held.id, canceling.id}
+    assert published[2] == Rejected("publish", RejectReason.STALE_ATTEMPT, JobState.RUNNING)
     for made, source in ((held, "running"), (canceling, "cancel_requested")):
         row = await jobs.row(made.id)
         assert (row.state, row.delivery_state, row.result_ref) == (

@@ -1,4 +1,4 @@
-"""Backoff with full jitter and the retry budget (pure functions)."""
+"""Backoff with full jitter and the one retry budget rule (pure functions)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from app.lifecycle import Reason
+from app.lifecycle import Reason, budget_verdict
 from workers.errors import PermanentError, RecoverableError
-from workers.retry import GiveUp, RetryLater, backoff_seconds, decide
+from workers.retry import backoff_seconds, kind_backoff
 
 
 @pytest.mark.parametrize(("attempt", "ceiling"), [(1, 0.5), (2, 1.0), (3, 2.0), (10, 30.0)])
@@ -21,37 +21,52 @@ def test_backoff_is_full_jitter_under_an_exponential_ceiling(attempt: int, ceili
 
 
 def test_retry_while_attempts_and_time_are_left() -> None:
-    decision = decide(
-        kind="atlas.bundle",
+    verdict = budget_verdict(
         charged_attempts=1,
         max_attempts=5,
         elapsed_seconds=1.0,
         max_elapsed_seconds=3600,
+        delay_seconds=kind_backoff("atlas.bundle", 1),
     )
-    assert isinstance(decision, RetryLater)
-    assert 0.0 <= decision.delay_seconds <= 0.5
+    assert verdict is None
+    assert 0.0 <= kind_backoff("atlas.bundle", 1) <= 0.5
 
 
 def test_give_up_when_attempts_are_exhausted() -> None:
-    decision = decide(
-        kind="atlas.bundle",
-        charged_attempts=5,
-        max_attempts=5,
-        elapsed_seconds=1.0,
-        max_elapsed_seconds=3600,
+    verdict = budget_verdict(
+        charged_attempts=5, max_attempts=5, elapsed_seconds=1.0, max_elapsed_seconds=3600
     )
-    assert decision == GiveUp(Reason.RETRIES_EXHAUSTED)
+    assert verdict == Reason.RETRIES_EXHAUSTED
 
 
 def test_give_up_when_the_next_attempt_would_start_past_the_elapsed_budget() -> None:
-    decision = decide(
-        kind="atlas.bundle",
-        charged_attempts=1,
-        max_attempts=5,
-        elapsed_seconds=3600,
-        max_elapsed_seconds=3600,
+    assert (
+        budget_verdict(
+            charged_attempts=1, max_attempts=5, elapsed_seconds=3600, max_elapsed_seconds=3600
+        )
+        == Reason.TIME_EXHAUSTED
     )
-    assert decision == GiveUp(Reason.TIME_EXHAUSTED)
+    # the backoff counts: the next attempt must be able to start inside the budget
+    assert (
+        budget_verdict(
+            charged_attempts=1,
+            max_attempts=5,
+            elapsed_seconds=3590,
+            max_elapsed_seconds=3600,
+            delay_seconds=10,
+        )
+        == Reason.TIME_EXHAUSTED
+    )
+    assert (
+        budget_verdict(
+            charged_attempts=1,
+            max_attempts=5,
+            elapsed_seconds=3589,
+            max_elapsed_seconds=3600,
+            delay_seconds=10,
+        )
+        is None
+    )
 
 
 def test_error_documents_say_whether_retrying_helps() -> None:

@@ -9,7 +9,6 @@ import structlog
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from app.api.deps import StateDep
 from app.api.responses import public_problems
@@ -55,10 +54,7 @@ async def readyz(state: StateDep) -> Response:
     checks: dict[str, str] = {}
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
-            versions = {
-                row[0]
-                for row in await conn.execute(text("SELECT version_num FROM alembic_version"))
-            }
+            versions = await reads.migration_heads(conn)
         checks["database"] = "ok"
         checks["migrations"] = (
             "ok" if not state.migration_heads or versions == state.migration_heads else "behind"

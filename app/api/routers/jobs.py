@@ -11,20 +11,16 @@ import structlog
 from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
-from app.api.errors import (
-    CancelTooLateError,
-    JobNotFoundError,
-    JobStateConflictError,
-)
+from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_job
-from app.api.reading import read_status, read_status_once, status_headers
+from app.api.reading import answer, answer_row, read_status_once, settle, status_headers
 from app.api.responses import headers, problems
 from app.api.schemas import HistoryPage, JobCreate, JobPage, JobPublic
 from app.api.views import etag_matches, history_item, job_path, job_status
 from app.apikeys import Principal, Role
 from app.db import reads
-from app.lifecycle import TERMINAL_STATES, JobState, is_terminal
-from app.transitions import Actor, Applied, RejectReason
+from app.lifecycle import JobState, is_terminal
+from app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -74,24 +70,24 @@ async def create(
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Accept a job. The 202 is sent only after the job row is committed."""
-    created = await create_job(
-        state.engine,
-        state.transitions,
-        principal,
-        body,
-        idempotency_key=idempotency_key,
-        request_id=request_id(),
-        settings=state.settings,
-    )
-    bind_job(created.job.id)
-    async with state.engine.connect() as conn:
-        job, public = await read_status(conn, created.job.id, owner=principal.owner)
-    response.headers["Location"] = job_path(job.id)
-    response.headers.update(status_headers(job, public))
+    # Answered from the row the creation returned, in the same transaction.
+    async with state.engine.begin() as conn:
+        created = await create_job(
+            conn,
+            state.transitions,
+            principal,
+            body,
+            idempotency_key=idempotency_key,
+            request_id=request_id(),
+            settings=state.settings,
+        )
+        bind_job(created.job.id)
+        public = await answer_row(conn, created.job, response)
+    response.headers["Location"] = job_path(created.job.id)
     if created.replayed:
         response.headers["Idempotency-Replayed"] = "true"
     else:
-        state.metrics.jobs_created.labels(job.kind).inc()
+        state.metrics.jobs_created.labels(created.job.kind).inc()
     return public
 
 
@@ -180,7 +176,7 @@ async def get(
     owner = visible_owner(principal)
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
     async with state.notifier.subscribe(job_id) as changes:
-        job, public = await read_status_once(state.engine, job_id, owner=owner)
+        job, public = await read_status_once(state.engine, job_id, owner=owner, clock=state.clock)
         if wait is not None:
             # Hold while the client's copy is current (If-None-Match), or -- without a
             # validator -- until the next change of a job that can still change.
@@ -193,7 +189,9 @@ async def get(
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not await changes.wait(remaining):
                     break
-                job, public = await read_status_once(state.engine, job_id, owner=owner)
+                job, public = await read_status_once(
+                    state.engine, job_id, owner=owner, clock=state.clock
+                )
     found = status_headers(job, public)
     found["Vary"] = "Prefer"
     if wait is not None:
@@ -217,46 +215,23 @@ async def get(
 async def cancel(
     job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal, response: Response
 ) -> JobPublic:
-    """Queued/waiting jobs cancel at once; running ones stop at their next safe point.
+    """Queued/waiting jobs cancel at once; running ones stop at their next safe point;
+    an operator's cancel of unresolved work is an operator decision. A repeat after the
+    cancel took effect answers the same way.
 
     A cancel that loses to a finished job is recorded in the history and answered 409
     with the current state (the winner)."""
     bind_job(job_id)
-    owner = visible_owner(principal)
-    actor = actor_for(principal)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.request_cancel(
-            conn, job_id, actor=actor, owner=owner, request_id=request_id()
+            conn,
+            job_id,
+            actor=actor_for(principal),
+            owner=visible_owner(principal),
+            request_id=request_id(),
         )
-        if (
-            not isinstance(outcome, Applied)
-            and outcome.current == JobState.UNRESOLVED
-            and principal.has(Role.OPERATOR)
-        ):
-            outcome = await state.transitions.operator_decide(
-                conn, job_id, decision="cancel", actor=actor, note="canceled by an operator"
-            )
-    async with state.engine.connect() as conn:
-        if not isinstance(outcome, Applied):
-            if outcome.reason == RejectReason.NOT_FOUND:
-                raise JobNotFoundError()
-            _, public = await read_status(conn, job_id, owner=owner)
-            if outcome.current in TERMINAL_STATES:
-                raise CancelTooLateError(
-                    f"The job is already {public.state.value}",
-                    state=public.state.value,
-                    delivery=public.delivery.state.value,
-                    job=public.model_dump(mode="json"),
-                )
-            if outcome.current != JobState.CANCEL_REQUESTED:
-                raise JobStateConflictError(
-                    f"A {public.state.value} job is canceled by an operator decision",
-                    state=public.state.value,
-                    delivery=public.delivery.state.value,
-                )
-        job, public = await read_status(conn, job_id, owner=owner)
-    response.headers.update(status_headers(job, public))
-    return public
+        reply = await answer(conn, outcome, response)
+    return settle(reply)
 
 
 @router.get(

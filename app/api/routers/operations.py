@@ -12,14 +12,13 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from app.api.deps import OperatorPrincipal, StateDep, bind_job
-from app.api.errors import JobNotFoundError, JobStateConflictError
-from app.api.reading import read_status, status_headers
+from app.api.reading import answer, settle
 from app.api.responses import headers, problems
 from app.api.schemas import JobPublic, OperatorNote, QueueLinePublic, QueuePublic
 from app.api.views import job_path
 from app.db import reads
 from app.lifecycle import JobState
-from app.transitions import Actor, Applied, Outcome, RejectReason
+from app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -27,24 +26,6 @@ _ACTION = {
     status.HTTP_202_ACCEPTED: {"description": "Done; the body is the job's status."},
     **problems(400, 403, 404, 409, 413, 415, 422),
 }
-
-
-async def _answer(
-    state: StateDep, job_id: uuid.UUID, outcome: Outcome, response: Response
-) -> JobPublic:
-    async with state.engine.connect() as conn:
-        if not isinstance(outcome, Applied):
-            if outcome.reason == RejectReason.NOT_FOUND:
-                raise JobNotFoundError()
-            _, public = await read_status(conn, job_id, owner=None)
-            raise JobStateConflictError(
-                f"Not allowed while the job is {public.state.value}",
-                state=public.state.value,
-                delivery=public.delivery.state.value,
-            )
-        job, public = await read_status(conn, outcome.job.id, owner=None)
-    response.headers.update(status_headers(job, public))
-    return public
 
 
 @router.post(
@@ -67,7 +48,8 @@ async def resume(
         outcome = await state.transitions.resume(
             conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
         )
-    return await _answer(state, job_id, outcome, response)
+        reply = await answer(conn, outcome, response)
+    return settle(reply)
 
 
 @router.post(
@@ -94,7 +76,8 @@ async def fail(
             actor=Actor("operator", principal.owner),
             note=body.note if body else None,
         )
-    return await _answer(state, job_id, outcome, response)
+        reply = await answer(conn, outcome, response)
+    return settle(reply)
 
 
 @router.post(
@@ -123,7 +106,8 @@ async def replay(
         outcome = await state.transitions.replay(
             conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
         )
-    public = await _answer(state, job_id, outcome, response)
+        reply = await answer(conn, outcome, response)
+    public = settle(reply)
     response.headers["Location"] = job_path(public.id)
     return public
 

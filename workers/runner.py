@@ -1,4 +1,5 @@
-"""Runs one claimed attempt to its end: handler, then publication or a fenced ending.
+"""Runs one claimed attempt to its end (:class:`JobRunner`): handler, then publication
+or a fenced ending.
 
 How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
 
@@ -7,7 +8,8 @@ How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
 * :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
 * :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
 * :class:`~workers.errors.PermanentError` -> ``fail``;
-* any other exception -> ``retry_later`` with backoff, or ``give_up`` -> ``unresolved``;
+* any other exception -> ``recover``: ``retry_later`` with backoff while the budget
+  lasts, else ``give_up`` -> ``unresolved``;
 * :class:`~workers.errors.LeaseLost` -> nothing: someone else owns the job now.
 
 A cancel request that arrives while an ending is being written wins over a retry or a
@@ -27,7 +29,7 @@ from app.lifecycle import AttemptOutcome, JobState
 from app.logs import get_logger
 from app.settings import Settings
 from app.storage import ResultStore
-from app.transitions import Actor, Applied, Outcome, Rejected, RejectReason, Transitions
+from app.transitions import Actor, Applied, MoveResult, Rejected, RejectReason, Transitions
 from workers import retry
 from workers.completer import Completer
 from workers.context import ClaimedJob, JobContext
@@ -168,9 +170,9 @@ class JobRunner:
     # -- endings ------------------------------------------------------------------------
 
     async def _end(
-        self, ctx: JobContext, write: Callable[[AsyncConnection], Awaitable[Outcome]]
-    ) -> Outcome:
-        async def transaction() -> Outcome:
+        self, ctx: JobContext, write: Callable[[AsyncConnection], Awaitable[MoveResult]]
+    ) -> MoveResult:
+        async def transaction() -> MoveResult:
             async with self.engine.begin() as conn:
                 return await write(conn)
 
@@ -214,39 +216,23 @@ class JobRunner:
         return AttemptOutcome.FAILED
 
     async def _recover(self, ctx: JobContext, error: dict[str, Any]) -> AttemptOutcome:
+        """A recoverable error: retry later or give up -- the transition service decides
+        by the one budget rule, on database time."""
         if ctx.cancel_requested:
             return await self._cancel(ctx)
         job, t = ctx.job, self.transitions
-        decision = retry.decide(
-            kind=job.kind,
-            charged_attempts=job.charged_attempts,
-            max_attempts=job.max_attempts,
-            elapsed_seconds=job.elapsed_seconds(),
-            max_elapsed_seconds=job.max_elapsed_seconds,
+        delay = retry.kind_backoff(job.kind, job.charged_attempts)
+        outcome = await self._end(
+            ctx,
+            lambda c: t.recover(
+                c, ctx.job_id, ctx.attempt_id, error=error, delay_seconds=delay, actor=self.actor
+            ),
         )
-        if isinstance(decision, retry.RetryLater):
-            delay = decision.delay_seconds
-            outcome = await self._end(
-                ctx,
-                lambda c: t.retry_later(
-                    c,
-                    ctx.job_id,
-                    ctx.attempt_id,
-                    error=error,
-                    delay_seconds=delay,
-                    actor=self.actor,
-                ),
-            )
-            result = AttemptOutcome.RETRY
-        else:
-            reason = decision.reason
-            outcome = await self._end(
-                ctx,
-                lambda c: t.give_up(
-                    c, ctx.job_id, ctx.attempt_id, error=error, reason=reason, actor=self.actor
-                ),
-            )
-            result = AttemptOutcome.UNRESOLVED
+        result = (
+            AttemptOutcome.UNRESOLVED
+            if isinstance(outcome, Applied) and outcome.to_state == JobState.UNRESOLVED
+            else AttemptOutcome.RETRY
+        )
         if _cancel_pending(outcome):
             return await self._cancel(ctx)
         if not isinstance(outcome, Applied):
@@ -271,7 +257,7 @@ class JobRunner:
         await asyncio.to_thread(self.store.remove_staging, ctx.job_id)
 
 
-def _cancel_pending(outcome: Outcome) -> bool:
+def _cancel_pending(outcome: MoveResult) -> bool:
     return (
         isinstance(outcome, Rejected)
         and outcome.reason == RejectReason.ILLEGAL

@@ -1,0 +1,482 @@
+"""The one executor of transitions: a declared :class:`~app.lifecycle.Transition` and a
+batch of :class:`Step` s become ONE statement (the way River's completer feeds every
+``JobSetState...`` into one batched ``...Many`` query).
+
+The statement, generated once per transition from its declaration and cached:
+
+* ``input`` -- the steps as rows (``unnest`` of one array per field);
+* ``locked`` -- the steps' job rows, locked ``FOR UPDATE`` in id order whatever their
+  state (``SKIP LOCKED`` for heartbeats): the jobs row first, as everywhere. A cancel
+  therefore waits for a publication that holds the row, and then sees its outcome;
+* ``moved`` -- the compare-and-set: the ``UPDATE`` of everything the declaration says,
+  only where the state is a source of the move and the fence (attempt id + live lease),
+  guard and delivery rule hold -- checked on the row as it is once locked. It
+  ``RETURNING`` s the new row: the answer (routes never re-read what they wrote);
+* ``ended`` -- the attempt that held the job gets its outcome (or its lease extended);
+* ``recorded`` -- one history row per moved job.
+
+A step whose job did not move gets a :class:`Rejected`, classified by one read of the
+jobs that did not move (rare: only refused moves pay for it), using the same
+declaration. The Python classifier and the SQL conditions are written side by side in
+:data:`_GUARDS` so the two cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Row, TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.clock import NOW_SQL, Clock
+from app.db.schema import sql_list
+from app.lifecycle import (
+    ACTIVE_STATES,
+    DELIVERY_MOVES,
+    STATE_REASONS,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    DeliveryState,
+    Effect,
+    Guard,
+    JobState,
+    Reason,
+    Transition,
+    TransitionName,
+)
+
+NOW = NOW_SQL
+
+
+class RejectReason(StrEnum):
+    NOT_FOUND = "not_found"
+    ILLEGAL = "illegal"
+    STALE_ATTEMPT = "stale_attempt"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The move happened; ``job`` is the row after it (the statement's ``RETURNING``)."""
+
+    transition: str
+    from_state: JobState | None
+    to_state: JobState
+    job: Row[Any]
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The move matched no row. ``current`` is the job's state when it exists, and
+    ``job`` its row as the refusal found it (for the answer; not compared)."""
+
+    transition: str
+    reason: RejectReason
+    current: JobState | None = None
+    job: Row[Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+
+MoveResult = Applied | Rejected
+"""What a transition answers: it happened (with the new row), or why not."""
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who made a move: ``client:alice``, ``operator:ops``, ``worker:w-1``, ``system:reaper``."""
+
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One job's part in a move. Which fields a transition reads is in its declaration
+    (:class:`~app.lifecycle.Effect`); the others stay ``None``."""
+
+    job_id: uuid.UUID
+    attempt_id: uuid.UUID | None = None
+    """The caller's fencing token (fenced transitions)."""
+    reason: Reason | None = None
+    """Overrides the declared reason (e.g. ``give_up`` with ``time_exhausted``)."""
+    error: Mapping[str, Any] | None = None
+    seconds: float | None = None
+    """The move's duration: retry backoff, wait deadline or result retention."""
+    rule: str | None = None
+    """What happens when a wait's deadline passes: ``fail`` or ``escalate``."""
+    stage: str | None = None
+    delivery: DeliveryState | None = None
+    result_ref: Mapping[str, Any] | None = None
+    data: Mapping[str, Any] | None = None
+    """Recorded in the history row."""
+    note: str | None = None
+    event_id: str | None = None
+
+
+# -- the statement --------------------------------------------------------------------
+
+_INPUT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("job_id", "uuid"),
+    ("attempt_id", "uuid"),
+    ("reason", "text"),
+    ("error", "jsonb"),
+    ("seconds", "float8"),
+    ("rule", "text"),
+    ("stage", "text"),
+    ("delivery", "text"),
+    ("result_ref", "jsonb"),
+    ("data", "jsonb"),
+    ("note", "text"),
+    ("event_id", "text"),
+)
+
+_GUARDS: dict[Guard, tuple[str, str]] = {
+    # guard: (the SQL condition on j, the column of the refusal read that tells it)
+    Guard.AWAITING_REVIEW: (f"j.reason = '{Reason.REVIEW}'", "awaiting_review"),
+    Guard.AWAITING_EVENT: (f"j.reason = '{Reason.EXTERNAL}'", "awaiting_event"),
+    Guard.LEASE_EXPIRED: (f"j.lease_expires_at <= {NOW}", "lease_expired"),
+    Guard.DEADLINE_RULE_FAIL: (
+        f"j.wait_deadline_at <= {NOW} AND j.wait_on_deadline = 'fail'",
+        "deadline_fail",
+    ),
+    Guard.DEADLINE_RULE_ESCALATE: (
+        f"j.wait_deadline_at <= {NOW} AND j.wait_on_deadline = 'escalate'",
+        "deadline_escalate",
+    ),
+}
+
+_FENCE = f"j.current_attempt_id = i.attempt_id AND j.lease_expires_at > {NOW}"
+_OWNER = "(CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))"
+
+# Read for the steps that did not move: the facts each refusal is classified by.
+_REFUSALS = text(f"""
+SELECT j.*,
+       (j.lease_expires_at > {NOW}) IS TRUE AS lease_live,
+       {_GUARDS[Guard.AWAITING_REVIEW][0]} AS awaiting_review,
+       {_GUARDS[Guard.AWAITING_EVENT][0]} AS awaiting_event,
+       ({_GUARDS[Guard.LEASE_EXPIRED][0]}) IS TRUE AS lease_expired,
+       ({_GUARDS[Guard.DEADLINE_RULE_FAIL][0]}) IS TRUE AS deadline_fail,
+       ({_GUARDS[Guard.DEADLINE_RULE_ESCALATE][0]}) IS TRUE AS deadline_escalate
+  FROM jobs AS j
+ WHERE j.id = ANY(CAST(:job_ids AS uuid[]))
+""")
+
+
+def _case(arms: Mapping[JobState, str], otherwise: str) -> str:
+    """``CASE locked.from_state WHEN ... END`` over the sources that differ."""
+    if not arms:
+        return otherwise
+    whens = " ".join(f"WHEN '{source}' THEN {value}" for source, value in sorted(arms.items()))
+    return f"CASE locked.from_state {whens} ELSE {otherwise} END"
+
+
+def _sets(spec: Transition) -> list[str]:
+    moves = {source: target for source, target in spec.moves.items() if source is not None}
+    sets: list[str] = []
+    if spec.visible:
+        sets += ["version = j.version + 1", f"updated_at = {NOW}"]
+    if spec.changes_state:
+        sets.append("state = " + _case({s: f"'{t}'" for s, t in moves.items()}, "j.state"))
+        reasons = {s: f"'{spec.reason_for(t)}'" for s, t in moves.items()}
+        sets.append("reason = COALESCE(i.reason, " + _case(reasons, "j.reason") + ")")
+    finishing = {s: NOW for s, t in moves.items() if t in TERMINAL_STATES and s != t}
+    if finishing:
+        sets.append("finished_at = " + _case(finishing, "j.finished_at"))
+    leaving_lease = {s for s, t in moves.items() if s in ACTIVE_STATES and t not in ACTIVE_STATES}
+    for column in ("current_attempt_id", "lease_expires_at", "worker_id"):
+        if leaving_lease:
+            sets.append(f"{column} = " + _case(dict.fromkeys(leaving_lease, "NULL"), f"j.{column}"))
+    leaving_wait = {s for s, t in moves.items() if s == JobState.WAITING and t != s}
+    if leaving_wait:
+        for column in ("wait_deadline_at", "wait_on_deadline"):
+            sets.append(f"{column} = " + _case(dict.fromkeys(leaving_wait, "NULL"), f"j.{column}"))
+    abandoning = {
+        s
+        for s, t in moves.items()
+        if t in {JobState.FAILED, JobState.CANCELED} and s not in TERMINAL_STATES
+    }
+    if spec.delivery:
+        sets.append(
+            "delivery_state = "
+            + (
+                f"'{next(iter(spec.delivery))}'"
+                if len(spec.delivery) == 1
+                else "COALESCE(i.delivery, j.delivery_state)"
+            )
+        )
+    elif abandoning:
+        private = sql_list([DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE])
+        blocked = (
+            f"CASE WHEN j.delivery_state IN ({private}) "
+            f"THEN '{DeliveryState.BLOCKED}' ELSE j.delivery_state END"
+        )
+        sets.append(
+            "delivery_state = " + _case(dict.fromkeys(abandoning, blocked), "j.delivery_state")
+        )
+    sets += [_EFFECTS[effect] for effect in sorted(spec.effects)]
+    return sets
+
+
+_EFFECTS: dict[Effect, str] = {
+    Effect.AVAILABLE_NOW: f"available_at = {NOW}",
+    Effect.AVAILABLE_AFTER: f"available_at = {NOW} + make_interval(secs => i.seconds)",
+    Effect.LAST_ERROR: "last_error = i.error",
+    Effect.ERROR: "error = i.error",
+    Effect.WAIT_DEADLINE: (
+        f"wait_deadline_at = {NOW} + make_interval(secs => i.seconds), wait_on_deadline = i.rule"
+    ),
+    Effect.UNCHARGE: "charged_attempts = greatest(j.charged_attempts - 1, 0)",
+    Effect.NEW_BUDGET: f"charged_attempts = 0, budget_started_at = {NOW}",
+    Effect.RESULT: (
+        f"result_ref = i.result_ref, delivery_expires_at = {NOW} + make_interval(secs => i.seconds)"
+    ),
+    Effect.CANCEL_MARK: (
+        f"cancel = jsonb_build_object('requested_at', {NOW}, 'requested_by', CAST(:actor AS text))"
+    ),
+    Effect.STAGE: "current_stage = COALESCE(i.stage, j.current_stage)",
+    Effect.PLAN_DECLARED: "plan_revision = greatest(j.plan_revision, 1)",
+    Effect.PLAN_REVISED: (
+        "plan_revision = j.plan_revision + 1, current_stage = COALESCE(i.stage, j.current_stage)"
+    ),
+    Effect.EXTEND_LEASE: (
+        f"lease_expires_at = {NOW} + make_interval(secs => :lease_seconds), heartbeat_at = {NOW}"
+    ),
+}
+
+
+def _conditions(spec: Transition) -> list[str]:
+    found = [f"j.state IN ({sql_list(spec.sources)})"]
+    if spec.fenced:
+        found.append(_FENCE)
+    if spec.guard is not None:
+        found.append(_GUARDS[spec.guard][0])
+    if len(spec.delivery) == 1:
+        [wanted] = spec.delivery
+        allowed = [current for current in DeliveryState if spec.delivery_allows(current, wanted)]
+        found.append(f"j.delivery_state IN ({sql_list(allowed)})")
+    elif spec.delivery:
+        pairs = [
+            f"('{current}', '{wanted}')"
+            for wanted in sorted(spec.delivery)
+            for current in sorted(DeliveryState)
+            if spec.delivery_allows(current, wanted)
+        ]
+        found.append(
+            f"(i.delivery IS NULL OR (j.delivery_state, i.delivery) IN (VALUES {', '.join(pairs)}))"
+        )
+    return found
+
+
+@cache
+def statement(name: TransitionName) -> TextClause:
+    """The batched statement of one transition, generated from its declaration."""
+    spec = TRANSITIONS[name]
+    columns = ", ".join(f"CAST(:p_{field_name} AS {kind}[])" for field_name, kind in _INPUT_FIELDS)
+    aliases = ", ".join(field_name for field_name, _ in _INPUT_FIELDS)
+    sets = ",\n           ".join(_sets(spec))
+    lock = "FOR UPDATE OF j SKIP LOCKED" if spec.skip_locked else "FOR UPDATE OF j"
+    held = "locked.held_attempt_id" if spec.fenced or spec.ends_attempt else "NULL::uuid"
+    parts = [
+        f"""
+WITH input AS (
+    SELECT * FROM unnest({columns}) AS i({aliases})
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+      FROM jobs AS j
+      JOIN input AS i ON i.job_id = j.id
+     WHERE {_OWNER}
+     ORDER BY j.id
+       {lock}
+), moved AS (
+    UPDATE jobs AS j
+       SET {sets}
+      FROM locked JOIN input AS i ON i.job_id = locked.id
+     WHERE j.id = locked.id
+       AND {" AND ".join(_conditions(spec))}
+ RETURNING j.*, locked.from_state AS moved_from, {held} AS moved_attempt_id,
+           i.error AS step_error, i.data AS step_data, i.note AS step_note,
+           i.event_id AS step_event_id, {NOW} AS observed_at
+)"""
+    ]
+    if spec.ends_attempt is not None:
+        charged = ", charged = 0" if Effect.UNCHARGE in spec.effects else ""
+        parts.append(f""", ended AS (
+    UPDATE attempts AS a
+       SET outcome = '{spec.ends_attempt}', ended_at = {NOW}, error = moved.step_error{charged}
+      FROM moved
+     WHERE a.id = moved.moved_attempt_id
+)""")
+    elif Effect.EXTEND_LEASE in spec.effects:
+        parts.append(""", extended AS (
+    UPDATE attempts AS a
+       SET lease_expires_at = moved.lease_expires_at, heartbeat_at = moved.heartbeat_at
+      FROM moved
+     WHERE a.id = moved.current_attempt_id
+)""")
+    if spec.records:
+        parts.append(f""", recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id, event_id, note, data)
+    SELECT id, {NOW}, '{spec.name}', moved_from, state, reason, CAST(:actor AS text),
+           moved_attempt_id, step_event_id, step_note, step_data
+      FROM moved
+)""")
+    parts.append("\nSELECT * FROM moved")
+    return text("".join(parts))
+
+
+def _json(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(dict(value), default=str)
+
+
+def _params(steps: Sequence[Step]) -> dict[str, list[Any]]:
+    return {
+        "p_job_id": [s.job_id for s in steps],
+        "p_attempt_id": [s.attempt_id for s in steps],
+        "p_reason": [None if s.reason is None else s.reason.value for s in steps],
+        "p_error": [_json(s.error) for s in steps],
+        "p_seconds": [s.seconds for s in steps],
+        "p_rule": [s.rule for s in steps],
+        "p_stage": [s.stage for s in steps],
+        "p_delivery": [None if s.delivery is None else s.delivery.value for s in steps],
+        "p_result_ref": [_json(s.result_ref) for s in steps],
+        "p_data": [_json(s.data) for s in steps],
+        "p_note": [s.note for s in steps],
+        "p_event_id": [s.event_id for s in steps],
+    }
+
+
+# -- running it -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Executor:
+    """Runs declared transitions against one clock and lease length."""
+
+    clock: Clock
+    lease_seconds: float
+
+    async def apply(
+        self,
+        conn: AsyncConnection,
+        spec: Transition,
+        steps: Sequence[Step],
+        *,
+        actor: Actor,
+        owner: str | None = None,
+        explain_refusals: bool = True,
+    ) -> list[MoveResult]:
+        """Apply ``spec`` to every step in ONE statement; one result per step, in order.
+
+        ``owner`` scopes the move to one owner's jobs (another owner's job is "not
+        found"). ``explain_refusals=False`` skips the refusal read (a batch caller that
+        only needs to know which jobs moved); refused steps then come back as
+        ``Rejected(..., STALE_ATTEMPT)`` without a current state."""
+        if not steps:
+            return []
+        targets = set(spec.moves.values())
+        for step in steps:
+            if step.reason is not None and not any(
+                step.reason in STATE_REASONS[t] for t in targets
+            ):
+                raise ValueError(f"{spec.name}: reason {step.reason} fits none of its targets")
+        rows = await conn.execute(
+            statement(spec.name),
+            {
+                **_params(steps),
+                **self.clock.bind(),
+                "actor": str(actor),
+                "owner": owner,
+                "lease_seconds": self.lease_seconds,
+            },
+        )
+        moved = {row.id: row for row in rows}
+        refused = [s.job_id for s in steps if s.job_id not in moved]
+        facts: dict[uuid.UUID, Row[Any]] = {}
+        if refused and explain_refusals:
+            facts = {
+                row.id: row
+                for row in await conn.execute(_REFUSALS, {"job_ids": refused, **self.clock.bind()})
+            }
+        results: list[MoveResult] = []
+        for step in steps:
+            row = moved.get(step.job_id)
+            if row is not None:
+                source = JobState(row.moved_from)
+                results.append(Applied(spec.name, source, JobState(row.state), row))
+            elif not explain_refusals:
+                results.append(Rejected(spec.name, RejectReason.STALE_ATTEMPT))
+            else:
+                results.append(refusal(spec, step, facts.get(step.job_id), owner=owner))
+        return results
+
+    async def apply_one(
+        self,
+        conn: AsyncConnection,
+        spec: Transition,
+        step: Step,
+        *,
+        actor: Actor,
+        owner: str | None = None,
+    ) -> MoveResult:
+        [result] = await self.apply(conn, spec, [step], actor=actor, owner=owner)
+        return result
+
+
+def refusal(spec: Transition, step: Step, row: Row[Any] | None, *, owner: str | None) -> Rejected:
+    """Why ``step`` did not move, from the job's row as the refusal read found it: the
+    same conditions as the statement's, in the order a caller can act on them."""
+    if row is None or (owner is not None and row.owner != owner):
+        return Rejected(spec.name, RejectReason.NOT_FOUND)
+    current = JobState(row.state)
+    if current not in spec.sources:
+        return Rejected(spec.name, RejectReason.ILLEGAL, current, row)
+    if spec.fenced and (row.current_attempt_id != step.attempt_id or not row.lease_live):
+        return Rejected(spec.name, RejectReason.STALE_ATTEMPT, current, row)
+    if spec.guard is not None and not getattr(row, _GUARDS[spec.guard][1]):
+        return Rejected(spec.name, RejectReason.ILLEGAL, current, row)
+    wanted = step.delivery if len(spec.delivery) != 1 else next(iter(spec.delivery))
+    if wanted is not None and not spec.delivery_allows(DeliveryState(row.delivery_state), wanted):
+        # e.g. publishing a partial package: partial outputs are never published.
+        return Rejected(spec.name, RejectReason.ILLEGAL, current, row)
+    # Matched every condition yet did not move: a SKIP LOCKED batch passed it over.
+    return Rejected(spec.name, RejectReason.STALE_ATTEMPT, current, row)
+
+
+def held_by(row: Row[Any], attempt_id: uuid.UUID) -> bool:
+    """Whether ``attempt_id`` still holds the job (refusal read facts)."""
+    return (
+        row.current_attempt_id == attempt_id
+        and bool(row.lease_live)
+        and JobState(row.state) in ACTIVE_STATES
+    )
+
+
+__all__ = [
+    "DELIVERY_MOVES",
+    "Actor",
+    "Applied",
+    "Executor",
+    "MoveResult",
+    "RejectReason",
+    "Rejected",
+    "Step",
+    "held_by",
+    "refusal",
+    "statement",
+]

@@ -1,0 +1,46 @@
+"""The transition service: every state change of every job goes through here.
+
+Each named transition of :data:`app.lifecycle.TRANSITIONS` is declared as data there and
+applied by the one executor, :mod:`app.db.moves`: a compare-and-set on the job row -- its
+state, and for worker transitions the attempt id (the fencing token) and a live lease --
+with the attempt ending and the history row written by the same statement. A move that
+is illegal, stale or aimed at a missing job returns :class:`Rejected`; nothing is
+silently skipped and a terminal state is never rewritten.
+
+Split by who calls it: :mod:`.requests` (creation, clients, reviewers, operators),
+:mod:`.worker` (the lease holder), :mod:`.maintenance` (reaper, sweeper).
+
+Lock order (documented once, followed everywhere): the ``jobs`` row first, then its
+``attempts``/``job_stages``/``job_checkpoints`` rows; batches lock jobs in id order.
+Cancellation and publication both lock the job row, so they are serialized and exactly
+one of them wins.
+
+Callers own the transaction: pass an ``AsyncConnection`` inside ``engine.begin()``.
+"""
+
+from __future__ import annotations
+
+from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
+from app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, NewJob, error_doc
+from app.transitions.maintenance import MaintenanceMoves
+from app.transitions.requests import RequestMoves
+from app.transitions.worker import WorkerMoves
+
+
+class Transitions(RequestMoves, WorkerMoves, MaintenanceMoves):
+    """Every named transition over one clock and lease length."""
+
+
+__all__ = [
+    "SYSTEM_REAPER",
+    "SYSTEM_SWEEPER",
+    "Actor",
+    "Applied",
+    "MoveResult",
+    "NewJob",
+    "RejectReason",
+    "Rejected",
+    "Step",
+    "Transitions",
+    "error_doc",
+]

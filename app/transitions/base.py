@@ -1,0 +1,43 @@
+"""What every part of the transition service shares: the executor, the job a new row
+describes, the error document."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.clock import Clock
+from app.db.moves import Actor, Executor
+
+SYSTEM_REAPER = Actor("system", "reaper")
+SYSTEM_SWEEPER = Actor("system", "sweeper")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    owner: str
+    kind: str
+    kind_version: int
+    input: Mapping[str, Any]
+    max_attempts: int
+    max_elapsed_seconds: int
+    request_id: str | None = None
+    idempotency_key: str | None = None
+    replay_of: uuid.UUID | None = None
+
+
+def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict[str, Any]:
+    """The error object of the status body: ``{code, message, retryable}``."""
+    return {"code": code, "message": message, "retryable": retryable, **extra}
+
+
+class Service:
+    """Named transitions over one clock and lease length. Callers own the transaction:
+    pass an ``AsyncConnection`` inside ``engine.begin()``."""
+
+    def __init__(self, clock: Clock, *, lease_seconds: float) -> None:
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.executor = Executor(clock, lease_seconds)

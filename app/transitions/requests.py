@@ -1,0 +1,238 @@
+"""Moves asked for over HTTP: creation, cancellation, reviews, operator decisions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
+from app.db.queries import CREATE, LATE_CANCEL
+from app.db.schema import jobs
+from app.lifecycle import (
+    TERMINAL_STATES,
+    TRANSITIONS,
+    JobState,
+    TransitionName,
+)
+from app.transitions.base import NewJob, Service, error_doc
+
+_N = TransitionName
+
+OPERATOR_ACTORS = frozenset({"operator"})
+"""Actor kinds whose cancel of ``unresolved`` work is an operator decision."""
+
+
+class RequestMoves(Service):
+    # -- creation ---------------------------------------------------------------------
+
+    async def create(self, conn: AsyncConnection, new: NewJob, *, actor: Actor) -> Applied:
+        [created] = await self.create_many(conn, [new], actor=actor)
+        return created
+
+    async def create_many(
+        self,
+        conn: AsyncConnection,
+        batch: Sequence[NewJob],
+        *,
+        actor: Actor,
+        transition: TransitionName = _N.CREATE,
+        note: str | None = None,
+    ) -> list[Applied]:
+        """Create jobs -- rows and history -- in ONE statement; results in batch order."""
+        if not batch:
+            return []
+        ids = [uuid.uuid4() for _ in batch]
+        rows = await conn.execute(
+            CREATE,
+            {
+                "p_id": ids,
+                "p_owner": [n.owner for n in batch],
+                "p_kind": [n.kind for n in batch],
+                "p_kind_version": [n.kind_version for n in batch],
+                "p_input": [json.dumps(dict(n.input)) for n in batch],
+                "p_max_attempts": [n.max_attempts for n in batch],
+                "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
+                "p_request_id": [n.request_id for n in batch],
+                "p_idempotency_key": [n.idempotency_key for n in batch],
+                "p_replay_of": [n.replay_of for n in batch],
+                "p_data": [_creation_data(n) for n in batch],
+                "transition": transition.value,
+                "actor": str(actor),
+                "note": note,
+                **self.clock.bind(),
+            },
+        )
+        by_id = {row.id: row for row in rows}
+        return [Applied(transition, None, JobState.QUEUED, by_id[job_id]) for job_id in ids]
+
+    async def replay(
+        self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
+    ) -> MoveResult:
+        """A terminal job runs again as a **new** job with ``replay_of`` set."""
+        old = (
+            await conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())
+        ).first()
+        if old is None:
+            return Rejected(_N.REPLAY, RejectReason.NOT_FOUND)
+        if JobState(old.state) not in TERMINAL_STATES:
+            return Rejected(_N.REPLAY, RejectReason.ILLEGAL, JobState(old.state), old)
+        new = NewJob(
+            owner=old.owner,
+            kind=old.kind,
+            kind_version=old.kind_version,
+            input=old.input,
+            max_attempts=old.max_attempts,
+            max_elapsed_seconds=old.max_elapsed_seconds,
+            replay_of=old.id,
+        )
+        [created] = await self.create_many(
+            conn, [new], actor=actor, transition=_N.REPLAY, note=note
+        )
+        return created
+
+    # -- cancellation -----------------------------------------------------------------
+
+    async def request_cancel(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        actor: Actor,
+        owner: str | None = None,
+        request_id: str | None = None,
+    ) -> MoveResult:
+        """Cancel: ``queued``/``waiting`` -> ``canceled``; ``running`` -> ``cancel_requested``.
+
+        An operator's cancel of ``unresolved`` work is the operator decision
+        ``operator_cancel``. A cancel that loses against a terminal state is still
+        recorded in the history (``to`` = ``from``) and returns :class:`Rejected`.
+        """
+        outcome = await self.executor.apply_one(
+            conn,
+            TRANSITIONS[_N.REQUEST_CANCEL],
+            Step(job_id, event_id=request_id),
+            actor=actor,
+            owner=owner,
+        )
+        if not isinstance(outcome, Rejected) or outcome.current is None:
+            return outcome
+        if outcome.current == JobState.UNRESOLVED and actor.kind in OPERATOR_ACTORS:
+            return await self.operator_decide(
+                conn, job_id, decision="cancel", actor=actor, note="canceled by an operator"
+            )
+        if outcome.current in TERMINAL_STATES:
+            await conn.execute(
+                LATE_CANCEL,
+                {
+                    "job_id": job_id,
+                    "state": outcome.current.value,
+                    "actor": str(actor),
+                    "event_id": request_id,
+                    "note": f"cancel arrived after the job was {outcome.current.value}",
+                    **self.clock.bind(),
+                },
+            )
+        return outcome
+
+    # -- reviews and events -----------------------------------------------------------
+
+    async def approve(
+        self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
+    ) -> MoveResult:
+        """A reviewer approves a job waiting for review (any other wait is refused)."""
+        return await self.executor.apply_one(
+            conn, TRANSITIONS[_N.APPROVE], Step(job_id, note=note), actor=actor
+        )
+
+    async def reject(
+        self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
+    ) -> MoveResult:
+        error = error_doc("review_rejected", note or "rejected by a reviewer", retryable=False)
+        return await self.executor.apply_one(
+            conn, TRANSITIONS[_N.REJECT], Step(job_id, error=error, note=note), actor=actor
+        )
+
+    async def review(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        approve: bool,
+        actor: Actor,
+        note: str | None = None,
+    ) -> MoveResult:
+        if approve:
+            return await self.approve(conn, job_id, actor=actor, note=note)
+        return await self.reject(conn, job_id, actor=actor, note=note)
+
+    async def receive_event(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        event_id: str,
+        actor: Actor,
+        data: dict[str, Any] | None = None,
+    ) -> MoveResult:
+        """The awaited external event arrived: ``waiting`` (external) -> ``queued``."""
+        return await self.executor.apply_one(
+            conn,
+            TRANSITIONS[_N.RECEIVE_EVENT],
+            Step(job_id, event_id=event_id, data=data),
+            actor=actor,
+        )
+
+    # -- operator decisions -------------------------------------------------------------
+
+    async def resume(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        actor: Actor,
+        note: str | None = None,
+    ) -> MoveResult:
+        """Operator: ``unresolved`` -> ``queued`` with a fresh attempt budget."""
+        return await self.executor.apply_one(
+            conn, TRANSITIONS[_N.RESUME], Step(job_id, note=note), actor=actor
+        )
+
+    async def operator_decide(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        decision: str,
+        actor: Actor,
+        note: str | None = None,
+    ) -> MoveResult:
+        """Operator: ``unresolved`` -> ``canceled`` or ``failed``."""
+        if decision == "cancel":
+            return await self.executor.apply_one(
+                conn, TRANSITIONS[_N.OPERATOR_CANCEL], Step(job_id, note=note), actor=actor
+            )
+        if decision == "fail":
+            error = error_doc("operator_failed", note or "failed by an operator", retryable=False)
+            return await self.executor.apply_one(
+                conn,
+                TRANSITIONS[_N.OPERATOR_FAIL],
+                Step(job_id, error=error, note=note),
+                actor=actor,
+            )
+        raise ValueError(f"unknown operator decision {decision!r}")
+
+
+def _creation_data(new: NewJob) -> str | None:
+    """The identities a creation carries besides the request id; absent ones are left
+    out (never written as the string ``"None"``)."""
+    data: dict[str, Any] = {}
+    if new.idempotency_key is not None:
+        data["idempotency_key"] = new.idempotency_key
+    if new.replay_of is not None:
+        data["replay_of"] = str(new.replay_of)
+    return json.dumps(data) if data else None

@@ -1,0 +1,62 @@
+"""Where rules and SQL may live, checked on the source (the import-linter contracts in
+pyproject.toml check the imports)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTERS = ROOT / "app" / "api" / "routers"
+
+WRITES_TO_JOBS = re.compile(
+    r"(update|insert)\s*\(\s*jobs\b|\b(UPDATE|INSERT\s+INTO)\s+jobs\b", re.IGNORECASE
+)
+
+SQL_IMPORT = re.compile(r"\bfrom sqlalchemy import\b.*\b(select|text|update|insert)\b")
+
+
+def test_routers_never_write_jobs_nor_lock_rows() -> None:
+    """Every state change goes through the transition service: a router neither
+    updates nor inserts ``jobs`` nor locks a row to check a rule itself."""
+    offenders = []
+    for path in sorted(ROUTERS.glob("*.py")):
+        source = path.read_text()
+        if WRITES_TO_JOBS.search(source) or "with_for_update" in source or "FOR UPDATE" in source:
+            offenders.append(path.name)
+    assert offenders == []
+
+
+def test_routers_hold_no_sql() -> None:
+    """Reads live in app.db.reads, writes in app.transitions: no SQL in a router."""
+    offenders = [
+        path.name
+        for path in sorted(ROUTERS.glob("*.py"))
+        if re.search(
+            r"\bfrom sqlalchemy import\b.*\b(select|text|update|insert)\b", path.read_text()
+        )
+    ]
+    assert offenders == []
+
+
+def test_the_checks_above_can_fail(tmp_path: Path) -> None:
+    """The patterns match the ways a router could write to jobs."""
+    for line in (
+        "await conn.execute(update(jobs).values(state='failed'))",
+        "await conn.execute(insert(jobs).values(owner='x'))",
+        'await conn.execute(text("UPDATE jobs SET state = 1"))',
+    ):
+        assert WRITES_TO_JOBS.search(line), line
+
+
+def test_only_the_executor_and_its_named_sql_write_job_rows() -> None:
+    """``UPDATE jobs`` / ``INSERT INTO jobs`` appear only in app.db.moves (every
+    transition) and app.db.queries (creation and claiming)."""
+    homes = {ROOT / "app" / "db" / "moves.py", ROOT / "app" / "db" / "queries.py"}
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("app", "workers")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path not in homes and WRITES_TO_JOBS.search(path.read_text())
+    ]
+    assert offenders == []

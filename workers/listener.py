@@ -1,23 +1,21 @@
-"""Wake-ups for idle claimers: LISTEN ``atlas_work`` on a dedicated asyncpg connection.
+"""Wake-ups for idle claimers: LISTEN ``atlas_work`` on a dedicated connection.
 
 The trigger on ``jobs`` notifies ``atlas_work`` with the kind whenever a job becomes
-queued. A notification only says "look now"; the claim query decides. Notifications
-can be lost (the connection drops, the listener reconnects), which is why the claimer
-also polls every ``ATLAS_POLL_INTERVAL_SECONDS``: a lost notification only delays work.
+queued. A notification only says "look now"; the claim query decides. The connection is
+the shared :class:`app.db.listen.Listener` (one reconnect and backoff policy for the API
+and the workers); after every (re)connect the claim loop is woken, since jobs queued
+while the connection was down were announced to nobody. The claimer also polls every
+``ATLAS_POLL_INTERVAL_SECONDS``, so even a lost notification only delays work.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Collection
 
-import asyncpg
-
-from app.logs import get_logger
-
-log = get_logger("atlas.worker.listener")
+from app.db.listen import Listener
 
 CHANNEL = "atlas_work"
+APPLICATION_NAME = "atlas-listener"
 
 
 class WorkListener:
@@ -29,40 +27,23 @@ class WorkListener:
         *,
         kinds: Collection[str],
         wake: Callable[[], None],
-        retry_seconds: float = 1.0,
+        application_name: str = APPLICATION_NAME,
     ) -> None:
         self.dsn = dsn
         self.kinds = frozenset(kinds)
         self.wake = wake
-        self.retry_seconds = retry_seconds
+        self.listener = Listener(
+            dsn,
+            CHANNEL,
+            on_payload=self._on_payload,
+            on_connected=wake,  # anything queued while we were not listening
+            application_name=application_name,
+        )
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_payload(self, payload: str) -> None:
         if not self.kinds or payload in self.kinds:
             self.wake()
 
     async def run(self) -> None:
-        """Listen until cancelled; reconnect after a dropped connection."""
-        while True:
-            closed = asyncio.Event()
-            try:
-                conn = await asyncpg.connect(
-                    self.dsn, server_settings={"application_name": "atlas-listener"}
-                )
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("listener.connect_failed", error_class=type(exc).__name__)
-                await asyncio.sleep(self.retry_seconds)
-                continue
-            try:
-                conn.add_termination_listener(_setter(closed))
-                await conn.add_listener(CHANNEL, self._on_notify)
-                self.wake()  # anything queued while we were not listening
-                await closed.wait()
-                log.warning("listener.connection_lost")
-            finally:
-                if not conn.is_closed():
-                    await conn.close(timeout=2)
-            await asyncio.sleep(self.retry_seconds)
-
-
-def _setter(event: asyncio.Event) -> Callable[[object], None]:
-    return lambda _conn: event.set()
+        """Listen until cancelled; reconnect after any failure."""
+        await self.listener.run()

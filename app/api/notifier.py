@@ -3,10 +3,13 @@
 The database triggers send ``atlas_job_changed`` with the ids of the jobs a statement
 changed (comma-separated) after every commit that bumps ``jobs.version``.
 ``Prefer: wait`` reads and event streams subscribe to a job id here and sleep until a
-notification (or their timeout) arrives -- no polling loop against the database. If the
-LISTEN connection drops, every subscriber is woken (each re-reads and goes back to
-sleep) and the listener reconnects; timeouts still bound every wait, so a lost
-notification costs latency, never a hang.
+notification (or their timeout) arrives -- no polling loop against the database.
+
+The connection is the shared :class:`app.db.listen.Listener` (one reconnect and backoff
+policy for the API and the workers). After every (re)connect every subscriber is woken:
+changes made while the connection was down were never announced, so each reader re-reads
+and goes back to sleep. Timeouts still bound every wait, so a lost notification costs
+latency, never a hang.
 """
 
 from __future__ import annotations
@@ -15,16 +18,12 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
-import asyncpg
-import structlog
+from app.db.listen import Listener
 
 CHANNEL = "atlas_job_changed"
-RECONNECT_SECONDS = 1.0
-
-log = structlog.get_logger("atlas.api.notifier")
+APPLICATION_NAME = "atlas-api-listener"
 
 
 class Subscription:
@@ -46,35 +45,29 @@ class Subscription:
         return True
 
 
-def _setter(event: asyncio.Event) -> Callable[[Any], None]:
-    def on_terminate(_conn: Any) -> None:
-        event.set()
-
-    return on_terminate
-
-
 class JobChangeNotifier:
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
+    def __init__(self, dsn: str, *, application_name: str = APPLICATION_NAME) -> None:
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
-        self._task: asyncio.Task[None] | None = None
-        self._connected = asyncio.Event()
+        self.listener = Listener(
+            dsn,
+            CHANNEL,
+            on_payload=self._on_payload,
+            on_connected=self._wake_all,
+            application_name=application_name,
+        )
 
     @property
     def connected(self) -> bool:
-        return self._connected.is_set()
+        return self.listener.connected
 
     async def start(self, *, wait_seconds: float = 5.0) -> None:
-        self._task = asyncio.create_task(self._run(), name="atlas-job-listener")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._connected.wait(), timeout=wait_seconds)
+        """Start listening; wait up to ``wait_seconds`` for the first connection (the
+        API starts anyway and the listener keeps trying)."""
+        self.listener.start()
+        await self.listener.wait_connected(wait_seconds)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.listener.stop()
         self._wake_all()
 
     @contextlib.asynccontextmanager
@@ -92,7 +85,7 @@ class JobChangeNotifier:
                 if not subscribers:
                     del self._subscribers[key]
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _on_payload(self, payload: str) -> None:
         # The trigger batches the ids a statement changed: "id1,id2,...".
         for job_id in payload.split(","):
             for subscription in list(self._subscribers.get(job_id, ())):
@@ -102,25 +95,3 @@ class JobChangeNotifier:
         for subscriptions in list(self._subscribers.values()):
             for subscription in list(subscriptions):
                 subscription.notify()
-
-    async def _run(self) -> None:
-        while True:
-            conn: Any = None
-            try:
-                conn = await asyncpg.connect(self._dsn)
-                closed = asyncio.Event()
-                conn.add_termination_listener(_setter(closed))
-                await conn.add_listener(CHANNEL, self._on_notify)
-                self._connected.set()
-                self._wake_all()  # changes during a reconnect were missed: re-read
-                await closed.wait()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any connection failure: retry, never crash the API
-                log.warning("listener_disconnected", error_type=type(exc).__name__)
-            finally:
-                self._connected.clear()
-                if conn is not None and not conn.is_closed():
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(conn.close(timeout=2))
-            await asyncio.sleep(RECONNECT_SECONDS)

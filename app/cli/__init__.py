@@ -93,13 +93,14 @@ def api(
     import uvicorn
 
     from app.api.main import create_app
+    from app.api.middleware import ContainAnsweredErrors
     from app.logs import configure_logging
 
     settings = get_settings()
     configure_logging(settings)
     os.environ["DATABASE_URL"] = database_url()
     uvicorn.run(
-        create_app(),
+        ContainAnsweredErrors(create_app()),
         host=host,
         port=port,
         log_config=None,

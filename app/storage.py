@@ -50,6 +50,15 @@ class StoredFile:
         return {"name": self.name, "size": self.size, "sha256": self.sha256}
 
 
+@dataclass(frozen=True, slots=True)
+class PublishedEntry:
+    """One job's directory in the published area, found by listing it (the owner part
+    is the on-disk name, possibly hashed)."""
+
+    owner_dir: str
+    job_id: uuid.UUID
+
+
 def safe_name(name: str) -> str:
     """A file name with no path parts; anything else is refused."""
     if not _SAFE_NAME.fullmatch(name) or name in {".", ".."}:
@@ -90,6 +99,8 @@ class ResultStore(Protocol):
     def remove_published(self, owner: str, job_id: uuid.UUID) -> None: ...
     def remove_staging(self, job_id: uuid.UUID) -> None: ...
     def staged_job_ids(self) -> list[uuid.UUID]: ...
+    def published_entries(self) -> list[PublishedEntry]: ...
+    def remove_published_entry(self, entry: PublishedEntry) -> None: ...
 
 
 class FilesystemStore:
@@ -172,6 +183,25 @@ class FilesystemStore:
             except ValueError:
                 continue
         return found
+
+    def published_entries(self) -> list[PublishedEntry]:
+        """Every job directory in the published area (names only, no file is read):
+        the sweeper compares them with the database to find files nothing references."""
+        found: list[PublishedEntry] = []
+        if not self._published.is_dir():
+            return found
+        for owner in self._published.iterdir():
+            if not owner.is_dir():
+                continue
+            for entry in owner.iterdir():
+                try:
+                    found.append(PublishedEntry(owner.name, uuid.UUID(entry.name)))
+                except ValueError:
+                    continue
+        return found
+
+    def remove_published_entry(self, entry: PublishedEntry) -> None:
+        shutil.rmtree(self._published / entry.owner_dir / str(entry.job_id), ignore_errors=True)
 
 
 def _visible_files(directory: Path) -> Iterator[Path]:

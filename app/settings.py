@@ -49,6 +49,22 @@ class Settings(BaseSettings):
         description="New jobs get 503 while the oldest claimable job waited longer than this.",
     )
 
+    http_max_header_bytes: int = Field(
+        default=64 * 1024,
+        gt=1024,
+        description="Largest request line + headers; beyond it 431 (or 400), connection closed.",
+    )
+    http_limit_concurrency: int = Field(
+        default=1000, gt=0, description="Open connections + tasks before new requests get 503."
+    )
+    http_keep_alive_seconds: int = Field(
+        default=5, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    http_body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Time to receive a whole request body; a slower client gets 408.",
+    )
     public_url: str | None = Field(
         default=None,
         description=(

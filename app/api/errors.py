@@ -127,8 +127,20 @@ class DownloadGoneError(ApiError):
     status, slug, title = 410, "download-gone", "The file is no longer available"
 
 
+class RequestTimeoutError(ApiError):
+    status, slug, title = 408, "request-timeout", "The request body did not arrive in time"
+
+
 class PayloadTooLargeError(ApiError):
     status, slug, title = 413, "payload-too-large", "The request body is too large"
+
+
+class HeadersTooLargeError(ApiError):
+    status, slug, title = (
+        431,
+        "request-header-fields-too-large",
+        "The request line and headers are too large",
+    )
 
 
 class UnsupportedMediaTypeError(ApiError):

@@ -7,6 +7,7 @@ pass through untouched and contextvars bound here reach the handlers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -21,9 +22,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import (
     LOG_CONTEXT_KEY,
     ApiError,
+    HeadersTooLargeError,
     InvalidInputError,
     InvalidRequestError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     UnsupportedMediaTypeError,
     problem_response,
 )
@@ -34,6 +37,9 @@ log = structlog.get_logger("atlas.api.access")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+CLIENT_DISCONNECTED = "atlas.client_disconnected"
+"""Scope flag: the client went away before the request was answered (not a 5xx)."""
+CLIENT_CLOSED_STATUS = 499  # the status recorded (never sent) for such a request
 
 # Text PostgreSQL cannot store in ``text`` or ``jsonb``: NUL, and UTF-16 surrogates that
 # are not part of a pair (JSON can spell both as escapes). Storing either fails inside the
@@ -93,9 +99,12 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            event = "request"
+            if scope.get(CLIENT_DISCONNECTED) and status == 500:  # nothing was sent
+                event, status = "client_disconnected", CLIENT_CLOSED_STATUS
             self.metrics.requests.labels(method, route, str(status)).inc()
             log.info(
-                "request",
+                event,
                 method=method,
                 route=route,
                 status=status,
@@ -181,13 +190,31 @@ class BodyGuardMiddleware:
     PostgreSQL cannot store, in the body, the query string or a header. The accepted
     body is replayed to the app unchanged."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_timeout_seconds: float = 30.0,
+        max_header_bytes: int = 64 * 1024,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_seconds = body_timeout_seconds
+        self.max_header_bytes = max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        # The server (h11) bounds what it buffers of an incomplete request head; a head
+        # that arrived whole in one read is measured here.
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+        head += sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+        if head > self.max_header_bytes:
+            error = HeadersTooLargeError(
+                f"The request line and headers are limited to {self.max_header_bytes} bytes"
+            )
+            await self._answer(scope, receive, send, error)
             return
         unstorable = _unstorable_query_or_headers(scope)
         if unstorable:
@@ -213,9 +240,25 @@ class BodyGuardMiddleware:
         chunks: list[bytes] = []
         size = 0
         more = True
+        # The whole body must arrive within the timeout: a client trickling (or holding)
+        # a partial body gets 408 and the connection closes.
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_seconds
         while more:
-            message = await receive()
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(remaining, 0))
+            except TimeoutError:
+                await self._answer(
+                    scope,
+                    receive,
+                    send,
+                    RequestTimeoutError(
+                        f"The body must arrive within {self.body_timeout_seconds:g} s"
+                    ),
+                )
+                return
             if message["type"] == "http.disconnect":
+                scope[CLIENT_DISCONNECTED] = True  # logged as such, not as a 500
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -278,6 +321,7 @@ class ContainAnsweredErrors:
 
 
 __all__ = [
+    "CLIENT_DISCONNECTED",
     "BodyGuardMiddleware",
     "ContainAnsweredErrors",
     "RequestContextMiddleware",

@@ -108,6 +108,12 @@ def api(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
+        # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
+        # only h11 bounds the size of the request line and headers.
+        http="h11",
+        h11_max_incomplete_event_size=settings.http_max_header_bytes,
+        limit_concurrency=settings.http_limit_concurrency,
+        timeout_keep_alive=settings.http_keep_alive_seconds,
     )
 
 

@@ -49,7 +49,7 @@ def _run_sync(connection: Connection) -> None:
 
 
 async def run_migrations_online() -> None:
-    engine = create_async_engine(_url())
+    engine = create_async_engine(_url(), hide_parameters=True)
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
         await connection.commit()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,9 +49,68 @@ class Settings(BaseSettings):
         description="New jobs get 503 while the oldest claimable job waited longer than this.",
     )
 
+    http_max_header_bytes: int = Field(
+        default=64 * 1024,
+        gt=1024,
+        description="Largest request line + headers; beyond it 431 (or 400), connection closed.",
+    )
+    http_limit_concurrency: int = Field(
+        default=1000, gt=0, description="Open connections + tasks before new requests get 503."
+    )
+    http_keep_alive_seconds: int = Field(
+        default=5, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    http_body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Time to receive a whole request body; a slower client gets 408.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description=(
+            "Base of every absolute link the API hands out (download URLs); never taken "
+            "from the request's Host header. Unset: derived from the bind address."
+        ),
+    )
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_is_a_base(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError("ATLAS_PUBLIC_URL must be an http(s) URL with a host")
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError("ATLAS_PUBLIC_URL must not carry credentials, a query or a fragment")
+        return value.rstrip("/")
+
     @property
     def results_dir(self) -> Path:
         return self.data_dir / "results"
+
+    @property
+    def public_base_url(self) -> str:
+        """The configured ``public_url``, else the API's default bind address."""
+        return self.public_url or bind_url(DEFAULT_HOST, DEFAULT_PORT)
+
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def bind_url(host: str, port: int) -> str:
+    """``http://host:port`` for a bind address; a wildcard bind (0.0.0.0, ::) names the
+    loopback address, the one reachable address it is sure to have (set
+    ``ATLAS_PUBLIC_URL`` when clients reach the API under another name)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"http://{host}:{port}"
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    return f"http://{shown}:{port}"
 
 
 @lru_cache(maxsize=1)

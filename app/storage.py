@@ -9,19 +9,28 @@ Publication is an atomic ``rename`` of the staging directory into the owner's ar
 done while the publishing transaction holds the job row lock. If that transaction
 then fails to commit, the job is not ``available`` and nothing serves the files; the
 next attempt's publication replaces them.
+
+Results are private to the account running Atlas: every directory is created ``0700``
+and every file ``0600``, whatever the process umask (``_private_dir`` chmods what it
+creates; files are opened with their mode and ``fchmod``-ed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SAFE_OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
@@ -41,11 +50,37 @@ class StoredFile:
         return {"name": self.name, "size": self.size, "sha256": self.sha256}
 
 
+@dataclass(frozen=True, slots=True)
+class PublishedEntry:
+    """One job's directory in the published area, found by listing it (the owner part
+    is the on-disk name, possibly hashed)."""
+
+    owner_dir: str
+    job_id: uuid.UUID
+
+
 def safe_name(name: str) -> str:
     """A file name with no path parts; anything else is refused."""
     if not _SAFE_NAME.fullmatch(name) or name in {".", ".."}:
         raise StorageError(f"unsafe file name {name!r}")
     return name
+
+
+def _private_dir(directory: Path, *, top: Path) -> None:
+    """Create ``directory`` (and its missing parents up to and including ``top``) as
+    ``0700``; directories that already exist below ``top`` are tightened too."""
+    chain: list[Path] = []
+    current = directory
+    while True:
+        chain.append(current)
+        if current == top or current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(chain):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=DIR_MODE, parents=path == top)
+        if stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
+            path.chmod(DIR_MODE)
 
 
 def _owner_dir_name(owner: str) -> str:
@@ -64,6 +99,8 @@ class ResultStore(Protocol):
     def remove_published(self, owner: str, job_id: uuid.UUID) -> None: ...
     def remove_staging(self, job_id: uuid.UUID) -> None: ...
     def staged_job_ids(self) -> list[uuid.UUID]: ...
+    def published_entries(self) -> list[PublishedEntry]: ...
+    def remove_published_entry(self, entry: PublishedEntry) -> None: ...
 
 
 class FilesystemStore:
@@ -84,10 +121,12 @@ class FilesystemStore:
         """Write one private output atomically (temp file + rename; a crash leaves
         either the old file or the new one, never a torn one)."""
         directory = self._staging_dir(job_id)
-        directory.mkdir(parents=True, exist_ok=True)
+        _private_dir(directory, top=self.root)
         target = directory / safe_name(name)
         temporary = directory / f".{name}.{uuid.uuid4().hex}.tmp"
-        with temporary.open("wb") as handle:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with os.fdopen(descriptor, "wb") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)  # the umask may have narrowed it further
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -113,7 +152,7 @@ class FilesystemStore:
             if target.is_dir():  # an earlier publication moved it; its commit failed
                 return [_describe(p) for p in sorted(_visible_files(target))]
             raise StorageError(f"nothing staged for job {job_id}")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(target.parent, top=self.root)
         if target.exists():
             shutil.rmtree(target)
         source.rename(target)
@@ -144,6 +183,25 @@ class FilesystemStore:
             except ValueError:
                 continue
         return found
+
+    def published_entries(self) -> list[PublishedEntry]:
+        """Every job directory in the published area (names only, no file is read):
+        the sweeper compares them with the database to find files nothing references."""
+        found: list[PublishedEntry] = []
+        if not self._published.is_dir():
+            return found
+        for owner in self._published.iterdir():
+            if not owner.is_dir():
+                continue
+            for entry in owner.iterdir():
+                try:
+                    found.append(PublishedEntry(owner.name, uuid.UUID(entry.name)))
+                except ValueError:
+                    continue
+        return found
+
+    def remove_published_entry(self, entry: PublishedEntry) -> None:
+        shutil.rmtree(self._published / entry.owner_dir / str(entry.job_id), ignore_errors=True)
 
 
 def _visible_files(directory: Path) -> Iterator[Path]:

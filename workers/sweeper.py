@@ -15,13 +15,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import reads
 from app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
-from app.lifecycle import TERMINAL_STATES
+from app.lifecycle import TERMINAL_STATES, DeliveryState
 from app.logs import get_logger
 from app.storage import ResultStore
 from app.transitions import Applied, Transitions
@@ -63,6 +64,7 @@ class Sweeper:
             deadlines += passed
             if seen < self.batch_size:
                 break
+        await self._remove_unreferenced_published()  # issue 8: a crash after expiry
         return SweepReport(
             expired=expired, cleaned=await self._clean_staging(), deadlines=deadlines
         )
@@ -111,3 +113,36 @@ class Sweeper:
         if finished:
             log.info("staging.cleaned", jobs=len(finished))
         return len(finished)
+
+    # -- published files nothing references (issue 8, finding 11) ----------------------
+    # Expiry commits ``expired`` first and removes the files after; a crash in between
+    # left them behind for good. This pass lists the published area (names only) and
+    # removes the directories of jobs that can never be served again: finished jobs
+    # whose delivery is not ``available`` (expired, blocked) and ids with no job row.
+    # A job that is not finished is left alone -- its publication may be between the
+    # rename and the commit. The listing costs one directory walk and one indexed query
+    # per ``batch_size`` entries, so it runs at most every ``ORPHAN_SCAN_SECONDS``.
+    ORPHAN_SCAN_SECONDS = 300.0
+    _orphan_scan_due = 0.0
+
+    async def _remove_unreferenced_published(self) -> int:
+        now = time.monotonic()
+        if now < self._orphan_scan_due:
+            return 0
+        self._orphan_scan_due = now + self.ORPHAN_SCAN_SECONDS
+        entries = await asyncio.to_thread(self.store.published_entries)
+        terminal = {s.value for s in TERMINAL_STATES}
+        removed = 0
+        for start in range(0, len(entries), self.batch_size):
+            batch = entries[start : start + self.batch_size]
+            async with self.engine.connect() as conn:
+                known = await reads.job_deliveries(conn, [e.job_id for e in batch])
+            for entry in batch:
+                state, delivery = known.get(entry.job_id, (None, None))
+                if state is None or (
+                    state in terminal and delivery != DeliveryState.AVAILABLE.value
+                ):
+                    await asyncio.to_thread(self.store.remove_published_entry, entry)
+                    log.info("result.unreferenced_removed", job_id=str(entry.job_id))
+                    removed += 1
+        return removed

@@ -7,6 +7,7 @@ its own ``type`` URI so clients branch on the type, never on the human text.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -22,6 +23,10 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"
 
 log = structlog.get_logger("atlas.api")
+
+LOG_CONTEXT_KEY = "atlas.log_context"
+"""Scope key under which the request middleware leaves its log context (request id,
+job id, owner) for the unexpected-error handler, which runs after it."""
 
 
 class ApiError(Exception):
@@ -122,8 +127,20 @@ class DownloadGoneError(ApiError):
     status, slug, title = 410, "download-gone", "The file is no longer available"
 
 
+class RequestTimeoutError(ApiError):
+    status, slug, title = 408, "request-timeout", "The request body did not arrive in time"
+
+
 class PayloadTooLargeError(ApiError):
     status, slug, title = 413, "payload-too-large", "The request body is too large"
+
+
+class HeadersTooLargeError(ApiError):
+    status, slug, title = (
+        431,
+        "request-header-fields-too-large",
+        "The request line and headers are too large",
+    )
 
 
 class UnsupportedMediaTypeError(ApiError):
@@ -244,6 +261,28 @@ def _from_http(exc: StarletteHTTPException) -> ApiError:
     return error
 
 
+def unexpected_error_fields(exc: BaseException) -> dict[str, Any]:
+    """What an unexpected error may put in a log line: its class, the database's error
+    class and SQLSTATE, and where it was raised (file, line, function) -- never its
+    message or a traceback's text, which can quote SQL parameters, a constraint's
+    ``DETAIL`` (the key values), job input or an Idempotency-Key. The request id and
+    the job id come from the log context."""
+    fields: dict[str, Any] = {"error_type": type(exc).__name__}
+    original = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's
+    cause = getattr(original, "__cause__", None) or original
+    if cause is not None:
+        fields["db_error_type"] = type(cause).__name__
+        sqlstate = getattr(cause, "sqlstate", None) or getattr(original, "pgcode", None)
+        if sqlstate:
+            fields["sqlstate"] = str(sqlstate)
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames[:-1] if "/app/" in f.filename or "/workers/" in f.filename]
+    fields["where"] = [
+        f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}:{f.name}" for f in [*ours[-6:], *frames[-1:]]
+    ]
+    return fields
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -265,7 +304,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem_response(error)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        log.error("unhandled_error", error_type=type(exc).__name__, exc_info=exc)
+        context = dict(request.scope.get(LOG_CONTEXT_KEY) or {})
+        log.error("unhandled_error", **{**context, **unexpected_error_fields(exc)})
         return problem_response(ApiError())
 
     app.add_exception_handler(ApiError, on_api_error)

@@ -101,7 +101,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         app.include_router(router)
     install_error_handlers(app)
     install_openapi(app)
-    app.add_middleware(BodyGuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyGuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.http_body_timeout_seconds,
+        max_header_bytes=settings.http_max_header_bytes,
+    )
 
     def templates() -> frozenset[str]:
         return frozenset(app.openapi().get("paths", {}))

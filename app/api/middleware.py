@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: request context (id, logs, metrics) and the body guard.
+"""Pure ASGI middleware: request context (id, logs, metrics) and the request guard
+(body size, media type, and text PostgreSQL cannot store).
 
 Pure ASGI rather than ``BaseHTTPMiddleware`` so streaming responses (SSE, downloads)
 pass through untouched and contextvars bound here reach the handlers.
@@ -6,17 +7,26 @@ pass through untouched and contextvars bound here reach the handlers.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import (
+    LOG_CONTEXT_KEY,
     ApiError,
+    HeadersTooLargeError,
+    InvalidInputError,
+    InvalidRequestError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     UnsupportedMediaTypeError,
     problem_response,
 )
@@ -27,6 +37,22 @@ log = structlog.get_logger("atlas.api.access")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+CLIENT_DISCONNECTED = "atlas.client_disconnected"
+"""Scope flag: the client went away before the request was answered (not a 5xx)."""
+CLIENT_CLOSED_STATUS = 499  # the status recorded (never sent) for such a request
+
+# Text PostgreSQL cannot store in ``text`` or ``jsonb``: NUL, and UTF-16 surrogates that
+# are not part of a pair (JSON can spell both as escapes). Storing either fails inside the
+# database -- a 500 -- so both are refused at the edge with a 422 naming the field.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# A cheap pre-check on the raw JSON: both can only be written as \u escapes there (a raw
+# control character is invalid JSON). False positives (an escaped backslash) are harmless.
+_UNSTORABLE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+UNSTORABLE_MESSAGE = (
+    "Text here contains a character that cannot be stored "
+    "(a NUL character or an unpaired UTF-16 surrogate)"
+)
+_MAX_REPORTED = 20
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -73,14 +99,20 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            event = "request"
+            if scope.get(CLIENT_DISCONNECTED) and status == 500:  # nothing was sent
+                event, status = "client_disconnected", CLIENT_CLOSED_STATUS
             self.metrics.requests.labels(method, route, str(status)).inc()
             log.info(
-                "request",
+                event,
                 method=method,
                 route=route,
                 status=status,
                 duration_ms=round((time.perf_counter() - started) * 1000, 1),
             )
+            # The unexpected-error handler runs outside this middleware (Starlette's
+            # ServerErrorMiddleware), after the context is cleared: leave it a copy.
+            scope[LOG_CONTEXT_KEY] = structlog.contextvars.get_contextvars()
             structlog.contextvars.clear_contextvars()
 
 
@@ -93,17 +125,102 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
-class BodyGuardMiddleware:
-    """413 for bodies over the limit -- decided from Content-Length, or by counting a
-    streamed body and stopping at the limit, never after reading it all -- and 415 for a
-    body that is not JSON. The accepted body is replayed to the app unchanged."""
+Location = tuple[str | int, ...]
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+
+def unstorable_locations(value: Any, location: Location) -> list[Location]:
+    """Where ``value`` (decoded JSON) holds text that cannot be stored, keys included."""
+    found: list[Location] = []
+    pending: list[tuple[Any, Location]] = [(value, location)]
+    while pending and len(found) < _MAX_REPORTED:
+        item, where = pending.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE.search(item):
+                found.append(where)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _UNSTORABLE.search(key):
+                    found.append((*where, key))
+                pending.append((child, (*where, key)))
+        elif isinstance(item, list):
+            pending.extend((child, (*where, index)) for index, child in enumerate(item))
+    return sorted(found, key=lambda loc: [str(part) for part in loc])
+
+
+def unstorable_text_error(locations: list[Location]) -> ApiError:
+    """422 naming each field; the offending values are never echoed."""
+    errors = [
+        {"loc": [str(part) for part in loc], "msg": UNSTORABLE_MESSAGE, "type": "string_unstorable"}
+        for loc in locations
+    ]
+    in_input = all(len(loc) > 2 and loc[:2] == ("body", "input") for loc in locations)
+    if in_input:
+        return InvalidInputError(errors=errors)
+    return InvalidRequestError("The request contains text that cannot be stored", errors=errors)
+
+
+def _unstorable_query_or_headers(scope: Scope) -> list[Location]:
+    found: list[Location] = []
+    query: bytes = scope.get("query_string", b"")
+    if query:
+        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, errors="replace")
+        for name, value in pairs:
+            if _UNSTORABLE.search(name) or _UNSTORABLE.search(value):
+                found.append(("query", name.replace("\x00", "")))
+    for name, value in scope.get("headers", ()):
+        if b"\x00" in value:
+            found.append(("header", name.decode("latin-1")))
+    return found[:_MAX_REPORTED]
+
+
+def _unstorable_body(body: bytes) -> list[Location]:
+    if not _UNSTORABLE_ESCAPE.search(body):
+        return []
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return []  # not JSON: the app answers 400
+    return unstorable_locations(decoded, ("body",))
+
+
+class BodyGuardMiddleware:
+    """The request guard. 413 for bodies over the limit -- decided from Content-Length,
+    or by counting a streamed body and stopping at the limit, never after reading it
+    all -- 415 for a body that is not JSON, and 422 naming the field for text
+    PostgreSQL cannot store, in the body, the query string or a header. The accepted
+    body is replayed to the app unchanged."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_timeout_seconds: float = 30.0,
+        max_header_bytes: int = 64 * 1024,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_seconds = body_timeout_seconds
+        self.max_header_bytes = max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # The server (h11) bounds what it buffers of an incomplete request head; a head
+        # that arrived whole in one read is measured here.
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+        head += sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+        if head > self.max_header_bytes:
+            error = HeadersTooLargeError(
+                f"The request line and headers are limited to {self.max_header_bytes} bytes"
+            )
+            await self._answer(scope, receive, send, error)
+            return
+        unstorable = _unstorable_query_or_headers(scope)
+        if unstorable:
+            await self._answer(scope, receive, send, unstorable_text_error(unstorable))
+            return
+        if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
@@ -123,9 +240,25 @@ class BodyGuardMiddleware:
         chunks: list[bytes] = []
         size = 0
         more = True
+        # The whole body must arrive within the timeout: a client trickling (or holding)
+        # a partial body gets 408 and the connection closes.
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_seconds
         while more:
-            message = await receive()
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(remaining, 0))
+            except TimeoutError:
+                await self._answer(
+                    scope,
+                    receive,
+                    send,
+                    RequestTimeoutError(
+                        f"The body must arrive within {self.body_timeout_seconds:g} s"
+                    ),
+                )
+                return
             if message["type"] == "http.disconnect":
+                scope[CLIENT_DISCONNECTED] = True  # logged as such, not as a 500
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -137,6 +270,10 @@ class BodyGuardMiddleware:
         body = b"".join(chunks)
         if body and not _is_json(_header(scope, b"content-type")):
             await self._answer(scope, receive, send, UnsupportedMediaTypeError())
+            return
+        unstorable = _unstorable_body(body)
+        if unstorable:
+            await self._answer(scope, receive, send, unstorable_text_error(unstorable))
             return
 
         replayed = False
@@ -163,4 +300,30 @@ class BodyGuardMiddleware:
         await response(scope, receive, send)
 
 
-__all__ = ["BodyGuardMiddleware", "RequestContextMiddleware", "route_template"]
+class ContainAnsweredErrors:
+    """The outermost wrapper of the app given to the server. Starlette's
+    ``ServerErrorMiddleware`` answers an unexpected error with a 500 and calls our handler
+    (which logs it without data, see ``unexpected_error_fields``), then re-raises it so
+    the server logs it again -- as a full traceback whose text can quote SQL parameters
+    or a constraint's key values. The error was answered and logged: it stops here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:  # already answered and logged
+            log.debug("error_contained", error_type=type(exc).__name__)
+
+
+__all__ = [
+    "CLIENT_DISCONNECTED",
+    "BodyGuardMiddleware",
+    "ContainAnsweredErrors",
+    "RequestContextMiddleware",
+    "route_template",
+]

@@ -14,7 +14,7 @@ import typer
 
 from app.cli.client import client_app, register_client_verbs
 from app.cli.keys import keys_app
-from app.settings import get_settings
+from app.settings import DEFAULT_HOST, DEFAULT_PORT, bind_url, get_settings
 
 app = typer.Typer(
     name="atlas-jobs",
@@ -86,25 +86,34 @@ def migrate(
 
 @app.command()
 def api(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
 ) -> None:
     """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
     import uvicorn
 
     from app.api.main import create_app
+    from app.api.middleware import ContainAnsweredErrors
     from app.logs import configure_logging
 
     settings = get_settings()
+    if settings.public_url is None:
+        settings = settings.model_copy(update={"public_url": bind_url(host, port)})
     configure_logging(settings)
     os.environ["DATABASE_URL"] = database_url()
     uvicorn.run(
-        create_app(),
+        ContainAnsweredErrors(create_app(settings)),
         host=host,
         port=port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
+        # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
+        # only h11 bounds the size of the request line and headers.
+        http="h11",
+        h11_max_incomplete_event_size=settings.http_max_header_bytes,
+        limit_concurrency=settings.http_limit_concurrency,
+        timeout_keep_alive=settings.http_keep_alive_seconds,
     )
 
 
@@ -125,8 +134,8 @@ def worker(
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
 ) -> None:

@@ -5,6 +5,10 @@ a running service over HTTP (``ATLAS_URL``, ``ATLAS_API_KEY``).
 lost answer with the same key, so a network failure never creates a second job.
 ``watch`` long-polls with ``Prefer: wait`` and shows the label of
 :func:`app.presentation.present`; a failed read makes the view *stale*, never *failed*.
+
+The API key is sent only to the origin (scheme, host, port) of ``ATLAS_URL``: a URL
+the service hands back (a signed download link) may name another host, and those links
+need no key anyway.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Generator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,14 +33,35 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 SUBMIT_ATTEMPTS = 5
 
 
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    default_port = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default_port
+
+
+class OriginBoundKey(httpx.Auth):
+    """``Authorization: Bearer <key>`` on requests to one origin, and nowhere else."""
+
+    def __init__(self, key: str, origin: httpx.URL) -> None:
+        self._header = f"Bearer {key}"
+        self._origin = _origin(origin)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if _origin(request.url) == self._origin:
+            request.headers["Authorization"] = self._header
+        else:
+            request.headers.pop("Authorization", None)
+        yield request
+
+
 def _client() -> httpx.Client:
     key = os.environ.get("ATLAS_API_KEY")
     if not key:
         typer.echo("set ATLAS_API_KEY (create one with `atlas-jobs keys create`)", err=True)
         raise typer.Exit(2)
+    base = httpx.URL(os.environ.get("ATLAS_URL", DEFAULT_URL))
     return httpx.Client(
-        base_url=os.environ.get("ATLAS_URL", DEFAULT_URL),
-        headers={"Authorization": f"Bearer {key}"},
+        base_url=base,
+        auth=OriginBoundKey(key, base),
         timeout=httpx.Timeout(10.0, read=40.0),
     )
 
@@ -182,7 +208,8 @@ def result(
         download.mkdir(parents=True, exist_ok=True)
         for entry in reference["files"]:
             target = download / Path(entry["name"]).name
-            with http.stream("GET", entry["url"]) as stream:
+            # Signed URLs are their own credential: no key, whatever host they name.
+            with http.stream("GET", entry["url"], auth=None) as stream:
                 if stream.status_code != 200:
                     stream.read()
                     raise _fail(stream)

@@ -46,6 +46,9 @@ def create_engine(
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        # SQL parameters hold job input, Idempotency-Keys and key hashes: an error's
+        # message (and any traceback that quotes it) must never carry them.
+        hide_parameters=True,
         connect_args={
             "server_settings": {"application_name": application_name, **(server_settings or {})}
         },

@@ -98,6 +98,16 @@ async def job_states(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> dic
     return {r.id: r.state for r in rows}
 
 
+async def job_deliveries(
+    conn: AsyncConnection, job_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str]]:
+    """``(state, delivery_state)`` of each of ``job_ids`` that exists."""
+    rows = await conn.execute(
+        select(jobs.c.id, jobs.c.state, jobs.c.delivery_state).where(jobs.c.id.in_(list(job_ids)))
+    )
+    return {r.id: (r.state, r.delivery_state) for r in rows}
+
+
 async def migration_heads(conn: AsyncConnection) -> set[str]:
     """The alembic revisions the database is at."""
     rows = await conn.execute(text("SELECT version_num FROM alembic_version"))
@@ -248,6 +258,7 @@ __all__ = [
     "get_version",
     "history",
     "idempotency_key",
+    "job_deliveries",
     "job_states",
     "list_jobs",
     "migration_heads",

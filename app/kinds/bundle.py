@@ -13,7 +13,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Preset(StrEnum):
@@ -33,8 +33,17 @@ class BundleInput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     preset: Preset
-    pages: list[Page] = Field(min_length=1, max_length=2)
+    pages: list[Page] = Field(min_length=1, max_length=2, json_schema_extra={"uniqueItems": True})
     format: Literal["text-bundle-v1"] = "text-bundle-v1"
+
+    @field_validator("pages")
+    @classmethod
+    def _pages_are_distinct(cls, pages: list[Page]) -> list[Page]:
+        """A page named twice would plan its tiles twice (and a job would end
+        ``succeeded`` showing 3 of 6 tiles): refused, never silently deduplicated."""
+        if len(set(pages)) != len(pages):
+            raise ValueError("pages must not repeat a page")
+        return pages
 
 
 VALIDATION_CHECKS: tuple[str, ...] = ("schema", "preset", "pages", "format")

@@ -10,6 +10,8 @@ import json
 import uuid
 
 import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
@@ -178,4 +180,57 @@ async def test_log_canary_no_payload_secret_key_or_signed_url_in_logs(
     assert any(r.get("route") == "/v1/downloads/{token}" for r in requests)
     assert any(r.get("job_id") == str(job_id) and r.get("owner") == "alice" for r in requests)
     for needle in (secret, keys.alice, keys.alice[:20], token, token[:24]):
+        assert needle not in logs
+
+
+async def test_log_canary_holds_through_a_500_and_unstorable_text(
+    live_api: LiveApi, keys: Keys, engine: AsyncEngine
+) -> None:
+    """Issue 8, finding 3: the logs of a database error carry neither the job input nor
+    the Idempotency-Key -- not as SQL parameters, not in the error's own text (here the
+    database quotes both), not in a second traceback from the server."""
+    secret = f"canary-{uuid.uuid4().hex}"
+    idempotency_key = f"key-{uuid.uuid4().hex}"
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                """
+                CREATE FUNCTION refuse_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    RAISE EXCEPTION 'refused input %', NEW.input::text
+                        USING DETAIL = coalesce(NEW.idempotency_key, '-');
+                END $$
+                """
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs"
+                " FOR EACH ROW EXECUTE FUNCTION refuse_jobs()"
+            )
+        )
+    async with httpx.AsyncClient(base_url=live_api.url, timeout=30) as http:
+        nul = await http.post(
+            "/v1/jobs",
+            json={"kind": "atlas.noop", "input": {"tag": secret + "\u0000"}},
+            headers={**keys.a, "Idempotency-Key": idempotency_key},
+        )
+        assert nul.status_code == 422
+        refused = await http.post(
+            "/v1/jobs",
+            json={"kind": "atlas.noop", "input": {"tag": secret}},
+            headers={**keys.a, "Idempotency-Key": idempotency_key},
+        )
+        assert refused.status_code == 500
+        assert refused.headers["content-type"] == PROBLEM
+        assert secret not in refused.text
+        assert idempotency_key not in refused.text
+    logs = live_api.logs()
+    events = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    errors = [e for e in events if e.get("event") == "unhandled_error"]
+    assert len(errors) == 1, logs
+    assert errors[0]["sqlstate"] == "P0001"
+    assert errors[0]["request_id"]
+    assert "Traceback" not in logs
+    for needle in (secret, idempotency_key):
         assert needle not in logs

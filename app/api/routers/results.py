@@ -59,7 +59,7 @@ async def get_result(
             delivery=delivery.value,
         )
     signer = state.signer
-    base = str(request.base_url).rstrip("/")
+    base = state.settings.public_base_url  # never the request's Host header
     expires = datetime.now(UTC) + timedelta(seconds=signer.ttl_seconds)
     files = [
         ResultFile(

@@ -1,0 +1,102 @@
+"""Hostile or careless input is a 422 problem naming the field, never a 500 (issue 8)."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from tests.api.support import BUNDLE_INPUT, Driver, Keys
+from tests.api.test_errors_auth import assert_problem
+
+
+def _locs(body: dict[str, object]) -> list[str]:
+    errors = body["errors"]
+    assert isinstance(errors, list)
+    return [".".join(error["loc"]) for error in errors]
+
+
+async def test_duplicate_bundle_pages_are_422_naming_the_field(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    for pages in (["cover", "cover"], ["summary", "summary"]):
+        response = await client.post(
+            "/v1/jobs",
+            json={"kind": "atlas.bundle", "input": {**BUNDLE_INPUT, "pages": pages}},
+            headers=keys.a,
+        )
+        body = assert_problem(response, 422, "invalid-input")
+        assert _locs(body) == ["body.atlas.bundle.input.pages"]
+    listing = await client.get("/v1/jobs", headers=keys.a)
+    assert listing.json()["items"] == []
+
+
+# -- text PostgreSQL cannot store (finding 3) ----------------------------------------
+
+
+async def _bundle(client: httpx.AsyncClient, keys: Keys) -> str:
+    created = await client.post(
+        "/v1/jobs", json={"kind": "atlas.bundle", "input": BUNDLE_INPUT}, headers=keys.a
+    )
+    assert created.status_code == 202
+    job_id: str = created.json()["id"]
+    return job_id
+
+
+async def test_nul_or_lone_surrogate_in_job_input_is_422_naming_the_field(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    nul = await client.post(
+        "/v1/jobs",
+        json={"kind": "atlas.noop", "input": {"tag": "before\u0000after"}},
+        headers={**keys.a, "Idempotency-Key": "nul-in-input"},
+    )
+    body = assert_problem(nul, 422, "invalid-input")
+    assert _locs(body) == ["body.input.tag"]
+    assert "before" not in nul.text  # the value is never echoed
+    surrogate = await client.post(
+        "/v1/jobs",
+        content=b'{"kind": "atlas.noop", "input": {"tag": "\\ud800"}}',
+        headers={**keys.a, "content-type": "application/json"},
+    )
+    assert _locs(assert_problem(surrogate, 422, "invalid-input")) == ["body.input.tag"]
+    paired = await client.post(  # an escaped surrogate *pair* is ordinary text
+        "/v1/jobs",
+        content=b'{"kind": "atlas.noop", "input": {"tag": "\\ud83d\\ude00 \\\\u0000"}}',
+        headers={**keys.a, "content-type": "application/json"},
+    )
+    assert paired.status_code == 202, paired.text
+    listing = await client.get("/v1/jobs", headers=keys.a)
+    assert [job["id"] for job in listing.json()["items"]] == [paired.json()["id"]]
+
+
+async def test_nul_in_a_list_filter_is_422_naming_the_parameter(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    for query in ("kind=atlas.bundle%00", "state=queued&kind=%00"):
+        response = await client.get(f"/v1/jobs?{query}", headers=keys.a)
+        body = assert_problem(response, 422, "invalid-request")
+        assert _locs(body) == ["query.kind"]
+    assert (await client.get("/v1/jobs?kind=atlas.bundle", headers=keys.a)).status_code == 200
+
+
+async def test_nul_in_an_operator_or_review_note_is_422_naming_the_field(
+    client: httpx.AsyncClient, keys: Keys, driver: Driver
+) -> None:
+    unresolved = await _bundle(client, keys)
+    await driver.unresolve(uuid.UUID(unresolved))
+    resume = await client.post(
+        f"/v1/jobs/{unresolved}/resume", json={"note": "ok\u0000"}, headers=keys.op
+    )
+    assert _locs(assert_problem(resume, 422, "invalid-request")) == ["body.note"]
+    reviewed = await _bundle(client, keys)
+    await driver.await_review(uuid.UUID(reviewed))
+    review = await client.post(
+        f"/v1/jobs/{reviewed}/review",
+        json={"decision": "approve", "note": "\u0000"},
+        headers=keys.rev,
+    )
+    assert _locs(assert_problem(review, 422, "invalid-request")) == ["body.note"]
+    # Nothing moved: both jobs are where they were.
+    for job_id, state in ((unresolved, "unresolved"), (reviewed, "waiting")):
+        assert (await client.get(f"/v1/jobs/{job_id}", headers=keys.a)).json()["state"] == state

@@ -1,0 +1,105 @@
+"""Limits for clients without a key, against a real ``atlas-jobs api`` process (issue 8,
+finding 4): huge headers refused, slow bodies cut, client disconnects not 500s."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.conftest import SIGNING_SECRET, LiveApi
+from tests.support import atlas_process, free_port
+
+BODY_TIMEOUT = 1.5
+
+
+@pytest.fixture
+def limited_api(database_url: str, data_dir: Path, tmp_path: Path) -> Iterator[LiveApi]:
+    port = free_port()
+    log_path = tmp_path / "api.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "ATLAS_DATA_DIR": str(data_dir),
+        "ATLAS_SIGNING_SECRET": SIGNING_SECRET,
+        "ATLAS_LOG_FORMAT": "json",
+        "ATLAS_HTTP_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+        "ATLAS_SHUTDOWN_GRACE_SECONDS": "1",
+    }
+    url = f"http://127.0.0.1:{port}"
+    args = ["api", "--port", str(port)]
+    with atlas_process(args, env=env, log_path=log_path, ready_url=f"{url}/livez") as process:
+        yield LiveApi(url, process, log_path)
+
+
+def _connect(api: LiveApi) -> socket.socket:
+    host, port = api.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or 10 s pass)."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return received
+
+
+def _partial_post(sock: socket.socket) -> None:
+    sock.sendall(
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer atlas_whatever\r\nContent-Length: 1000\r\n\r\n"
+        b'{"kind": "atlas.noop", '
+    )
+
+
+def test_a_100_kb_header_is_refused(limited_api: LiveApi) -> None:
+    with _connect(limited_api) as sock:
+        try:
+            sock.sendall(
+                b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            return  # closed before we finished sending it: not accepted
+        answer = _read_all(sock)
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert status_line == b"" or status_line.split()[1] in {b"400", b"431"}, answer[:200]
+    assert b"200 OK" not in answer
+    assert httpx.get(f"{limited_api.url}/livez").status_code == 200  # still serving
+
+
+def test_a_slow_partial_body_is_cut_with_408(limited_api: LiveApi) -> None:
+    with _connect(limited_api) as sock:
+        started = time.monotonic()
+        _partial_post(sock)
+        answer = _read_all(sock)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"request-timeout" in answer
+    assert BODY_TIMEOUT - 0.2 <= elapsed < BODY_TIMEOUT + 5
+
+
+def test_a_disconnect_mid_body_is_logged_as_such_not_as_a_500(limited_api: LiveApi) -> None:
+    with _connect(limited_api) as sock:
+        _partial_post(sock)
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while "client_disconnected" not in limited_api.logs():
+        assert time.monotonic() < deadline, limited_api.logs()
+        time.sleep(0.1)
+    events = [json.loads(line) for line in limited_api.logs().splitlines() if line[:1] == "{"]
+    [gone] = [e for e in events if e.get("event") == "client_disconnected"]
+    assert (gone["level"], gone["route"], gone["status"]) == ("info", "/v1/jobs", 499)
+    assert not [e for e in events if e.get("status") == 500 or e.get("level") == "error"]
+    metrics = httpx.get(f"{limited_api.url}/metrics").text
+    assert 'status="500"' not in metrics
+    assert 'route="/v1/jobs",status="499"' in metrics

@@ -65,6 +65,18 @@ class Settings(BaseSettings):
         gt=0,
         description="Time to receive a whole request body; a slower client gets 408.",
     )
+    review_scope: str = Field(
+        default="owner",
+        pattern="^(owner|global)$",
+        description=(
+            "Which jobs a reviewer may decide: its own owner's (another owner's job is "
+            "404, as for any read), or every owner's."
+        ),
+    )
+    metrics_token: str | None = Field(
+        default=None,
+        description="When set, GET /metrics needs 'Authorization: Bearer <token>'.",
+    )
     public_url: str | None = Field(
         default=None,
         description=(

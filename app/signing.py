@@ -1,8 +1,10 @@
 """Signed, expiring download URLs for published result files.
 
 The token *is* the credential for a download (it can be handed to a browser or
-``curl`` without the API key), so it is bound to the job, its owner and one file name,
-and it expires (``ATLAS_DOWNLOAD_URL_TTL_SECONDS``). The secret comes from
+``curl`` without the API key), so it is bound to the job, its owner, one file name and
+the API key that asked for it -- revoking that key revokes its links -- and it expires
+(``ATLAS_DOWNLOAD_URL_TTL_SECONDS``, the signer's own wall-clock lifetime: a property of
+the token, never compared with a job's stored times). The secret comes from
 ``ATLAS_SIGNING_SECRET`` or is generated once under ``ATLAS_DATA_DIR`` so that every API
 process sharing the data directory accepts the others' URLs. Tokens are never logged.
 """
@@ -33,11 +35,13 @@ class ExpiredDownloadTokenError(InvalidDownloadTokenError):
 
 @dataclass(frozen=True, slots=True)
 class DownloadGrant:
-    """What a verified token allows: one file of one owner's job."""
+    """What a verified token allows: one file of one owner's job, while the key that
+    asked for it is not revoked."""
 
     job_id: uuid.UUID
     owner: str
     name: str
+    key_id: uuid.UUID
 
 
 class DownloadSigner:
@@ -46,7 +50,9 @@ class DownloadSigner:
         self.ttl_seconds = ttl_seconds
 
     def sign(self, grant: DownloadGrant) -> str:
-        return self._serializer.dumps([str(grant.job_id), grant.owner, grant.name])
+        return self._serializer.dumps(
+            [str(grant.job_id), grant.owner, grant.name, str(grant.key_id)]
+        )
 
     def verify(self, token: str) -> DownloadGrant:
         try:
@@ -56,8 +62,8 @@ class DownloadSigner:
         except BadSignature as exc:
             raise InvalidDownloadTokenError("bad download signature") from exc
         try:
-            job_id, owner, name = payload
-            return DownloadGrant(uuid.UUID(job_id), str(owner), str(name))
+            job_id, owner, name, key_id = payload
+            return DownloadGrant(uuid.UUID(job_id), str(owner), str(name), uuid.UUID(key_id))
         except (TypeError, ValueError) as exc:
             raise InvalidDownloadTokenError("malformed download token") from exc
 

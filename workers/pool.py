@@ -100,7 +100,16 @@ class WorkerPool:
             handlers=self.handlers,
             actor=self.actor,
         )
-        self.heartbeat = Heartbeat(self.engine, self.transitions, self._held, self._lose)
+        # Heartbeats have a connection of their own: a pool busy with job work (or a
+        # burst of publications) never makes a live worker miss its beat and lose leases.
+        self.heartbeat_engine: AsyncEngine = create_engine(
+            database_url,
+            pool_size=1,
+            max_overflow=0,
+            application_name=f"atlas-heartbeat {self.worker_id}"[:63],
+            server_settings=WORKER_SESSION_SETTINGS,
+        )
+        self.heartbeat = Heartbeat(self.heartbeat_engine, self.transitions, self._held, self._lose)
         self.reaper = Reaper(self.engine, self.transitions)
         self.sweeper = Sweeper(self.engine, self.transitions, self.store)
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
@@ -159,6 +168,7 @@ class WorkerPool:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self.engine.dispose()
+            await self.heartbeat_engine.dispose()
             log.info("worker.stopped", worker_id=self.worker_id)
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:

@@ -172,11 +172,22 @@ class HistoryItem(BaseModel):
     attempt_id: uuid.UUID | None
     event_id: str | None
     note: str | None
+    count: int = Field(
+        default=1,
+        ge=1,
+        description="How many identical requests this item stands for: a late cancel "
+        "repeated by the same actor is recorded once, with a count.",
+    )
 
 
 class HistoryPage(BaseModel):
     job_id: uuid.UUID
     items: list[HistoryItem]
+    next_after: int | None = Field(
+        default=None,
+        description="More items exist: pass this as `after` for the next page "
+        "(null on the last page).",
+    )
 
 
 class ResultFile(BaseModel):

@@ -45,11 +45,26 @@ def _cancel(value: Mapping[str, Any] | None) -> CancelPublic | None:
     )
 
 
+def effective_delivery(job: Any) -> DeliveryState:
+    """The delivery state as of the database time the row was read (``observed_at``):
+    retention holds at the boundary, whether or not the sweeper has run yet."""
+    delivery = DeliveryState(job.delivery_state)
+    observed = getattr(job, "observed_at", None)
+    if (
+        delivery == DeliveryState.AVAILABLE
+        and observed is not None
+        and job.delivery_expires_at is not None
+        and job.delivery_expires_at <= observed
+    ):
+        return DeliveryState.EXPIRED
+    return delivery
+
+
 def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
     """The status body of SPEC section 3 for one job row and its stage rows."""
     state = JobState(job.state)
     reason = Reason(job.reason)
-    delivery = DeliveryState(job.delivery_state)
+    delivery = effective_delivery(job)
     active = state in ACTIVE_STATES
     retrying = state == JobState.QUEUED and reason == Reason.RETRY
     path = job_path(job.id)
@@ -109,6 +124,7 @@ def history_item(row: Any) -> HistoryItem:
             "attempt_id": row.attempt_id,
             "event_id": row.event_id,
             "note": row.note,
+            "count": int((row.data or {}).get("count", 1)),
         }
     )
 

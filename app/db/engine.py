@@ -38,13 +38,14 @@ def create_engine(
     url: str,
     *,
     pool_size: int = 10,
+    max_overflow: int | None = None,
     application_name: str = "atlas",
     server_settings: dict[str, str] | None = None,
 ) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_pre_ping=True,
         # SQL parameters hold job input, Idempotency-Keys and key hashes: an error's
         # message (and any traceback that quotes it) must never carry them.

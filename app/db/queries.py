@@ -70,12 +70,34 @@ SELECT * FROM created ORDER BY seq
 """)
 
 # late_cancel: a cancel that found the job finished changes nothing but is recorded
-# (from = to = the final state), so the late request is visible in the history.
+# (from = to = the final state), so the late request is visible in the history. The same
+# actor repeating it while it is still the job's last history row only counts up
+# (data.count): a client retrying a cancel cannot grow the history without bound. The
+# caller holds the job row lock (the cancel's), so repeats are serialized.
 LATE_CANCEL = text(f"""
+WITH last AS (
+    SELECT seq
+      FROM job_history
+     WHERE job_id = :job_id
+     ORDER BY seq DESC
+     LIMIT 1
+), repeated AS (
+    UPDATE job_history AS h
+       SET data = jsonb_build_object(
+               'count', COALESCE(CAST(h.data ->> 'count' AS integer), 1) + 1,
+               'last_at', {_NOW})
+      FROM last
+     WHERE h.job_id = :job_id
+       AND h.seq = last.seq
+       AND h.reason = '{CANCEL_TOO_LATE}'
+       AND h.actor = :actor
+ RETURNING h.seq
+)
 INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                          event_id, note)
-VALUES (:job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
-        '{CANCEL_TOO_LATE}', :actor, :event_id, :note)
+SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
+       '{CANCEL_TOO_LATE}', :actor, :event_id, :note
+ WHERE NOT EXISTS (SELECT 1 FROM repeated)
 """)
 
 # claim: queued -> running for up to :limit jobs, each with a new attempt id (the fencing

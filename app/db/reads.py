@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, Row, and_, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.schema import (
+    api_keys,
     attempts,
     idempotency_keys,
     job_checkpoints,
@@ -45,6 +46,30 @@ async def get_job(
     return (await conn.execute(query)).first()
 
 
+async def download_job(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    owner: str,
+    key_id: uuid.UUID,
+    now: ColumnElement[datetime],
+) -> Row[Any] | None:
+    """The owner's job for a signed download, or ``None`` when the API key that asked
+    for the link has been revoked since (one query)."""
+    live_key = (
+        select(api_keys.c.id)
+        .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+        .exists()
+    )
+    return (
+        await conn.execute(
+            select(jobs, now.label("observed_at")).where(
+                jobs.c.id == job_id, jobs.c.owner == owner, live_key
+            )
+        )
+    ).first()
+
+
 async def get_version(conn: AsyncConnection, job_id: uuid.UUID) -> int | None:
     """The job's ``version`` (bumped on every visible change): the ETag's source."""
     version: int | None = await conn.scalar(select(jobs.c.version).where(jobs.c.id == job_id))
@@ -71,7 +96,8 @@ async def stages_for(
 async def history(
     conn: AsyncConnection, job_id: uuid.UUID, *, after_seq: int = 0, limit: int = 1000
 ) -> list[Row[Any]]:
-    """History rows after ``after_seq``, oldest first, with the attempt's number."""
+    """Up to ``limit`` history rows after ``after_seq``, oldest first, with the attempt's
+    number (a page: the caller asks for ``limit + 1`` to know whether another follows)."""
     rows = await conn.execute(
         select(job_history, attempts.c.number.label("attempt_number"))
         .select_from(job_history.outerjoin(attempts, attempts.c.id == job_history.c.attempt_id))
@@ -171,7 +197,9 @@ class JobFilter:
     limit: int = 20
 
 
-async def list_jobs(conn: AsyncConnection, page: JobFilter) -> list[Row[Any]]:
+async def list_jobs(
+    conn: AsyncConnection, page: JobFilter, *, now: ColumnElement[datetime] | None = None
+) -> list[Row[Any]]:
     """The owner's jobs, newest first, keyset-paginated on ``seq`` (ix_jobs_owner_seq).
 
     Fetches ``limit + 1`` rows so the caller knows whether another page exists."""
@@ -183,7 +211,10 @@ async def list_jobs(conn: AsyncConnection, page: JobFilter) -> list[Row[Any]]:
     if page.before_seq is not None:
         conditions.append(jobs.c.seq < page.before_seq)
     rows = await conn.execute(
-        select(jobs).where(and_(*conditions)).order_by(jobs.c.seq.desc()).limit(page.limit + 1)
+        select(jobs, (now if now is not None else func.now()).label("observed_at"))
+        .where(and_(*conditions))
+        .order_by(jobs.c.seq.desc())
+        .limit(page.limit + 1)
     )
     return list(rows.all())
 
@@ -254,6 +285,7 @@ __all__ = [
     "SeenKey",
     "checkpoints",
     "counts_by_state",
+    "download_job",
     "get_job",
     "get_version",
     "history",

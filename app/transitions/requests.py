@@ -142,19 +142,36 @@ class RequestMoves(Service):
     # -- reviews and events -----------------------------------------------------------
 
     async def approve(
-        self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        actor: Actor,
+        note: str | None = None,
+        owner: str | None = None,
     ) -> MoveResult:
-        """A reviewer approves a job waiting for review (any other wait is refused)."""
+        """A reviewer approves a job waiting for review (any other wait is refused);
+        ``owner`` scopes it to one owner's jobs."""
         return await self.executor.apply_one(
-            conn, TRANSITIONS[_N.APPROVE], Step(job_id, note=note), actor=actor
+            conn, TRANSITIONS[_N.APPROVE], Step(job_id, note=note), actor=actor, owner=owner
         )
 
     async def reject(
-        self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        actor: Actor,
+        note: str | None = None,
+        owner: str | None = None,
     ) -> MoveResult:
         error = error_doc("review_rejected", note or "rejected by a reviewer", retryable=False)
         return await self.executor.apply_one(
-            conn, TRANSITIONS[_N.REJECT], Step(job_id, error=error, note=note), actor=actor
+            conn,
+            TRANSITIONS[_N.REJECT],
+            Step(job_id, error=error, note=note),
+            actor=actor,
+            owner=owner,
         )
 
     async def review(
@@ -165,10 +182,11 @@ class RequestMoves(Service):
         approve: bool,
         actor: Actor,
         note: str | None = None,
+        owner: str | None = None,
     ) -> MoveResult:
         if approve:
-            return await self.approve(conn, job_id, actor=actor, note=note)
-        return await self.reject(conn, job_id, actor=actor, note=note)
+            return await self.approve(conn, job_id, actor=actor, note=note, owner=owner)
+        return await self.reject(conn, job_id, actor=actor, note=note, owner=owner)
 
     async def receive_event(
         self,

@@ -58,7 +58,8 @@ async def make_keys(engine: AsyncEngine) -> Keys:
             alice=await create_key(conn, owner="alice", roles=[Role.CLIENT]),
             bob=await create_key(conn, owner="bob", roles=[Role.CLIENT]),
             operator=await create_key(conn, owner="ops", roles=[Role.OPERATOR, Role.CLIENT]),
-            reviewer=await create_key(conn, owner="rita", roles=[Role.REVIEWER]),
+            # Reviewers decide their own owner's jobs (ATLAS_REVIEW_SCOPE=owner).
+            reviewer=await create_key(conn, owner="alice", roles=[Role.REVIEWER]),
         )
 
 

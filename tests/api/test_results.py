@@ -84,22 +84,23 @@ async def test_download_rejects_tampered_foreign_and_expired_tokens(
     assert tampered.status_code == 403
     assert tampered.json()["type"].endswith("bad-download-signature")
 
+    key_id = DownloadSigner(SIGNING_SECRET, ttl_seconds=60).verify(token).key_id
     other_secret = DownloadSigner("another-secret", ttl_seconds=60).sign(
-        DownloadGrant(job_id, "alice", "bundle.zip")
+        DownloadGrant(job_id, "alice", "bundle.zip", key_id)
     )
     assert (await client.get(f"/v1/downloads/{other_secret}")).status_code == 403
 
     # Bound to the owner: a token naming another owner does not reach alice's files.
     signer = DownloadSigner(SIGNING_SECRET, ttl_seconds=60)
-    wrong_owner = signer.sign(DownloadGrant(job_id, "bob", "bundle.zip"))
+    wrong_owner = signer.sign(DownloadGrant(job_id, "bob", "bundle.zip", key_id))
     assert (await client.get(f"/v1/downloads/{wrong_owner}")).status_code == 410
-    unlisted = signer.sign(DownloadGrant(job_id, "alice", "secret.txt"))
+    unlisted = signer.sign(DownloadGrant(job_id, "alice", "secret.txt", key_id))
     assert (await client.get(f"/v1/downloads/{unlisted}")).status_code == 410
 
     two_hours_ago = time.time() - 7200
     with pytest.MonkeyPatch.context() as patch:  # a token signed two hours ago
         patch.setattr("itsdangerous.timed.time.time", lambda: two_hours_ago)
-        old = signer.sign(DownloadGrant(job_id, "alice", "bundle.zip"))
+        old = signer.sign(DownloadGrant(job_id, "alice", "bundle.zip", key_id))
     expired = await client.get(f"/v1/downloads/{old}")
     assert expired.status_code == 403
     assert "expired" in expired.json()["detail"]
@@ -146,6 +147,6 @@ async def test_failed_job_with_private_outputs_is_blocked_and_never_downloadable
     assert response.status_code == 409
     assert (response.json()["state"], response.json()["delivery"]) == ("failed", "blocked")
     forged = DownloadSigner(SIGNING_SECRET, ttl_seconds=60).sign(
-        DownloadGrant(job_id, "alice", "cover-title.txt")
+        DownloadGrant(job_id, "alice", "cover-title.txt", uuid.uuid4())
     )
     assert (await client.get(f"/v1/downloads/{forged}")).status_code == 410

@@ -99,7 +99,14 @@ async def test_kill_9_rounds_lose_no_job_and_publish_none_twice(
         by_job[attempt.job_id].append(attempt)
     lost = [a for a in tries if a.outcome == "lost"]
     assert len(lost) >= rounds, "every kill interrupted at least one running job"
-    assert {a.worker_id for a in lost} <= {f"v{n}" for n in range(spawned)}
+    assert {a.worker_id for a in lost} <= {"keeper"} | {f"v{n}" for n in range(spawned)}
+    # The keeper is never killed. On a starved machine it may still miss a beat of this
+    # 2 s lease: then it must have noticed (and written nothing more, which the
+    # published-once checks below prove), and said so in its log.
+    if any(a.worker_id == "keeper" for a in lost):
+        [keeper] = [w for w in fleet.processes if w.name == "keeper"]
+        noticed = keeper.log()
+        assert "lease.lost_while_alive" in noticed or "job.lease_lost" in noticed
     limit = timedelta(seconds=REAPER + SCHEDULING_SLACK)
     for attempt in lost:  # rescued within one reaper interval of its lease running out
         assert attempt.ended_at - attempt.lease_expires_at <= limit, attempt

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 from pathlib import Path
+from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.deps import StateDep
+from app.api.errors import UnauthorizedError
 from app.api.responses import public_problems
 from app.api.schemas import Health
 from app.db import reads
@@ -78,10 +81,19 @@ async def readyz(state: StateDep) -> Response:
             "description": "Prometheus text exposition.",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **public_problems(),
+        **public_problems(401),
     },
 )
-async def metrics(state: StateDep) -> Response:
+async def metrics(
+    state: StateDep,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Response:
+    """Prometheus text; behind ``ATLAS_METRICS_TOKEN`` (a bearer token) when it is set."""
+    token = state.settings.metrics_token
+    if token is not None and not hmac.compare_digest(
+        (authorization or "").encode(), f"Bearer {token}".encode()
+    ):
+        raise UnauthorizedError("Send Authorization: Bearer <metrics token>")
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
             counts = await reads.counts_by_state(conn)

@@ -26,6 +26,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
+MAX_HISTORY_PAGE = 1000
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d{1,6})\"?", re.IGNORECASE)
 
 IdempotencyKey = Annotated[
@@ -111,7 +112,7 @@ def _make_cursor(seq: int) -> str:
     responses=problems(422),
 )
 async def list_jobs(
-    engine: EngineDep,
+    api: StateDep,
     principal: CurrentPrincipal,
     state: Annotated[list[JobState] | None, Query(description="Filter by state.")] = None,
     kind: Annotated[list[str] | None, Query(description="Filter by kind.", max_length=20)] = None,
@@ -128,8 +129,8 @@ async def list_jobs(
         before_seq=_parse_cursor(cursor),
         limit=limit,
     )
-    async with engine.connect() as conn:
-        rows = await reads.list_jobs(conn, page)
+    async with api.engine.connect() as conn:
+        rows = await reads.list_jobs(conn, page, now=api.clock.now())
         shown = rows[:limit]
         stages = await reads.stages_for(conn, [row.id for row in shown])
     more = len(rows) > limit
@@ -245,12 +246,21 @@ async def history(
     engine: EngineDep,
     principal: CurrentPrincipal,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Only items with seq > after.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE, description="Items per page.")] = (
+        MAX_HISTORY_PAGE
+    ),
 ) -> HistoryPage:
-    """Every recorded transition, oldest first (``seq`` is the SSE event id too)."""
+    """Recorded transitions, oldest first (``seq`` is the SSE event id too), a page at a
+    time: ``next_after`` is set while more follow."""
     bind_job(job_id)
     async with engine.connect() as conn:
         job = await reads.get_job(conn, job_id, owner=visible_owner(principal))
         if job is None:
             raise JobNotFoundError()
-        rows = await reads.history(conn, job_id, after_seq=after)
-    return HistoryPage(job_id=job_id, items=[history_item(row) for row in rows])
+        rows = await reads.history(conn, job_id, after_seq=after, limit=limit + 1)
+    shown = rows[:limit]
+    return HistoryPage(
+        job_id=job_id,
+        items=[history_item(row) for row in shown],
+        next_after=shown[-1].seq if len(rows) > limit else None,
+    )

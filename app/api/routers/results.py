@@ -25,6 +25,7 @@ from app.api.errors import (
 from app.api.reading import read_status_once
 from app.api.responses import problems, public_problems
 from app.api.schemas import DeliveryPublic, ResultFile, ResultPublic
+from app.api.views import effective_delivery
 from app.db import reads
 from app.lifecycle import DeliveryState
 from app.signing import DownloadGrant, ExpiredDownloadTokenError, InvalidDownloadTokenError
@@ -44,7 +45,9 @@ async def get_result(
 ) -> Any:
     """200 only when delivery is ``available``; 409 names state and delivery otherwise."""
     bind_job(job_id)
-    job, public = await read_status_once(state.engine, job_id, owner=visible_owner(principal))
+    job, public = await read_status_once(
+        state.engine, job_id, owner=visible_owner(principal), clock=state.clock
+    )
     delivery = public.delivery.state
     if delivery == DeliveryState.EXPIRED:
         raise ResultExpiredError(
@@ -67,7 +70,7 @@ async def get_result(
             size=entry["size"],
             sha256=entry["sha256"],
             url=f"{base}/v1/downloads/"
-            + signer.sign(DownloadGrant(job.id, job.owner, entry["name"])),
+            + signer.sign(DownloadGrant(job.id, job.owner, entry["name"], principal.key_id)),
             url_expires_at=expires,
         )
         for entry in (job.result_ref or {}).get("files", [])
@@ -105,8 +108,11 @@ async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep
         raise BadDownloadSignatureError() from None
     bind_job(grant.job_id)
     async with state.engine.connect() as conn:
-        job = await reads.get_job(conn, grant.job_id, owner=grant.owner)
-    if job is None or DeliveryState(job.delivery_state) != DeliveryState.AVAILABLE:
+        job = await reads.download_job(
+            conn, grant.job_id, owner=grant.owner, key_id=grant.key_id, now=state.clock.now()
+        )
+    if job is None or effective_delivery(job) != DeliveryState.AVAILABLE:
+        # Expired (at the boundary), withdrawn, or the key that asked for it was revoked.
         raise DownloadGoneError("The result is no longer available")
     listed = {entry["name"] for entry in (job.result_ref or {}).get("files", [])}
     path = (

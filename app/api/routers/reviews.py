@@ -34,7 +34,8 @@ async def create_review(
     response: Response,
 ) -> JobPublic:
     """Only a job waiting with reason `review` can be decided; any other state or wait
-    is answered 409 with the current state."""
+    is answered 409 with the current state. With the default review scope a reviewer
+    decides its own owner's jobs only: another owner's job is 404, as for any read."""
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.review(
@@ -43,6 +44,7 @@ async def create_review(
             approve=body.decision == ReviewDecision.APPROVE,
             actor=Actor("reviewer", principal.owner),
             note=body.note,
+            owner=principal.owner if state.settings.review_scope == "owner" else None,
         )
         reply = await answer(conn, outcome, response)
     return settle(reply)

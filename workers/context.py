@@ -62,6 +62,14 @@ class ClaimedJob:
         )
 
 
+def raise_if_illegal(outcome: Rejected) -> None:
+    """A move refused while the attempt still holds the job: the lifecycle will not have
+    it (e.g. a delivery going backwards, a partial package published) -- a defect of the
+    handler, never retried. Any other refusal means the lease is gone."""
+    if outcome.reason == RejectReason.ILLEGAL and outcome.current in ACTIVE_STATES:
+        raise PermanentError("illegal_move", f"{outcome.transition} was refused")
+
+
 class JobContext:
     """Handed to a handler for one attempt: progress, checkpoints, staging, safe points."""
 
@@ -167,10 +175,7 @@ class JobContext:
 
         outcome = await asyncio.shield(transaction())
         if isinstance(outcome, Rejected):
-            if outcome.reason == RejectReason.ILLEGAL and outcome.current in ACTIVE_STATES:
-                # Still ours, but the lifecycle refuses the move (e.g. a delivery going
-                # backwards): a defect of the handler, never retried.
-                raise PermanentError("illegal_move", f"{outcome.transition} was refused")
+            raise_if_illegal(outcome)
             self.mark_lost()
             raise LeaseLost(str(self.job_id))
         self.observe(JobState(outcome.job.state))

@@ -7,7 +7,9 @@ How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
   into the owner's area -> ``publish``, one transaction) -> ``succeeded``;
 * :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
 * :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
-* :class:`~workers.errors.PermanentError` -> ``fail``;
+* :class:`~workers.errors.PermanentError` -> ``fail``; so does a move the lifecycle
+  refuses while the attempt still holds the job (``illegal_move``: a delivery going
+  backwards, a partial package handed to publication);
 * any other exception -> ``recover``: ``retry_later`` with backoff while the budget
   lasts, else ``give_up`` -> ``unresolved``;
 * :class:`~workers.errors.LeaseLost` -> nothing: someone else owns the job now.
@@ -32,7 +34,7 @@ from app.storage import ResultStore
 from app.transitions import Actor, Applied, MoveResult, Rejected, RejectReason, Transitions
 from workers import retry
 from workers.completer import Completer
-from workers.context import ClaimedJob, JobContext
+from workers.context import ClaimedJob, JobContext, raise_if_illegal
 from workers.errors import (
     CancelStop,
     JobError,
@@ -48,6 +50,10 @@ log = get_logger("atlas.worker.engine")
 
 class _PublicationRefusedError(Exception):
     """The publish compare-and-set matched no row: roll the transaction back."""
+
+    def __init__(self, outcome: Rejected) -> None:
+        super().__init__(str(outcome))
+        self.outcome = outcome
 
 
 class JobRunner:
@@ -127,16 +133,20 @@ class JobRunner:
         ctx.publishing = True
         if self.on_publishing is not None:
             self.on_publishing(ctx)
-        if self.completer is not None and not plan.files and plan.hold_seconds <= 0:
-            # Nothing to move and nothing to wait for: join the next group commit.
-            if not await asyncio.shield(self.completer.publish(ctx)):
-                return self._lost(ctx)
+        # Nothing to move and nothing to wait for: join the next group commit. If the
+        # batch refuses it (without saying why), the one-job path below finds out: a
+        # lost lease, or a result the lifecycle will not publish.
+        completer = self.completer if not plan.files and plan.hold_seconds <= 0 else None
+        if completer is not None and await asyncio.shield(completer.publish(ctx)):
             return AttemptOutcome.SUCCEEDED
         # Shielded: once the row lock is taken the publication runs to its commit,
         # whatever happens to this task (a cancel request, a shutdown).
         try:
             published = await asyncio.shield(self._publication(ctx, plan))
-        except _PublicationRefusedError:
+        except _PublicationRefusedError as refused:
+            if plan.files:  # moved into the owner's area, but never published
+                await asyncio.to_thread(self.store.remove_published, ctx.job.owner, ctx.job_id)
+            raise_if_illegal(refused.outcome)  # still ours: fail (a partial package)
             published = False
         if not published:
             return self._lost(ctx)
@@ -163,8 +173,8 @@ class JobRunner:
                 ttl_seconds=self.settings.result_ttl_seconds,
                 actor=self.actor,
             )
-            if not isinstance(outcome, Applied):  # pragma: no cover - the row is locked
-                raise _PublicationRefusedError(str(ctx.job_id))
+            if not isinstance(outcome, Applied):  # the row is locked: an illegal move
+                raise _PublicationRefusedError(outcome)
         return True
 
     # -- endings ------------------------------------------------------------------------

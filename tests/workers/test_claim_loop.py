@@ -1,0 +1,201 @@
+""":class:`~workers.pool.WorkerPool` in process: the claim loop, drain and heartbeat with
+a fake handler registry and the test clock. ``run(stop)`` runs as a task on the test's
+event loop; the pool owns (and disposes) its engine.
+
+What only a real process shows -- SIGTERM handling, exit codes, kill -9 -- stays in
+``test_shutdown`` and ``test_crashes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+
+from app.clock import Clock
+from app.settings import Settings
+from tests.workers.inprocess import KEY, LEASE, OTHER_KIND, Harness, bounded, until
+from workers.context import JobContext
+from workers.handlers.base import NO_FILES, Handler, PublishPlan
+from workers.pool import WorkerPool
+
+N = 7
+CONCURRENCY = 2
+
+
+def _pool(
+    settings: Settings, database_url: str, clock: Clock, handlers: dict[str, Handler]
+) -> WorkerPool:
+    return WorkerPool(
+        settings,
+        database_url=database_url,
+        concurrency=CONCURRENCY,
+        worker_id="w-pool",
+        handlers=handlers,
+        clock=clock,
+    )
+
+
+async def _states(harness: Harness, job_ids: Iterable[uuid.UUID]) -> list[str]:
+    return [(await harness.row(job_id)).state for job_id in job_ids]
+
+
+async def test_the_pool_runs_every_job_it_has_a_handler_for_and_stops_when_asked(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    unserved = await harness.create(OTHER_KIND)  # the oldest job, but not ours to run
+    job_ids = [await harness.create() for _ in range(N)]
+    ran: list[uuid.UUID] = []
+    in_handler = 0
+    most_in_handler = 0
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        nonlocal in_handler, most_in_handler
+        in_handler += 1
+        most_in_handler = max(most_in_handler, in_handler)
+        try:
+            await asyncio.sleep(0)  # let the others in, if the pool allowed more
+            ran.append(ctx.job_id)
+            return NO_FILES
+        finally:
+            in_handler -= 1
+
+    pool = _pool(settings, database_url, harness.clock, {KEY: handler})
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await until(
+            lambda: _states(harness, job_ids),
+            lambda states: states == ["succeeded"] * N,
+        )
+    finally:
+        stop.set()
+        await bounded(task)  # drains and returns (and disposes its own engine)
+
+    assert task.result() is None
+    assert pool._running == {}
+    assert sorted(ran) == sorted(job_ids)  # each job ran exactly once
+    assert 1 <= most_in_handler <= CONCURRENCY
+    for job_id in job_ids:
+        [attempt] = await harness.attempts(job_id)
+        assert (attempt.worker_id, attempt.outcome) == ("w-pool", "succeeded")
+        assert [m[0] for m in await harness.moves(job_id)] == ["create", "claim", "publish"]
+    row = await harness.row(unserved)
+    assert (row.state, row.attempt, row.worker_id) == ("queued", 0, None)
+    assert await harness.moves(unserved) == [("create", None, "queued")]
+    assert await harness.attempts(unserved) == []
+
+
+async def test_on_stop_a_job_at_a_safe_point_is_released_uncharged(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    job_id = await harness.create(max_attempts=1)
+    started, proceed = asyncio.Event(), asyncio.Event()
+    contexts: list[JobContext] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        contexts.append(ctx)
+        started.set()
+        await proceed.wait()
+        await ctx.safe_point()
+        return NO_FILES
+
+    pool = _pool(settings, database_url, harness.clock, {KEY: handler})
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await bounded(started.wait())
+        stop.set()
+        [ctx] = contexts
+        await until(lambda: asyncio.sleep(0, ctx.draining), bool)  # the drain began
+        proceed.set()  # well within the grace period: the handler reaches its safe point
+    finally:
+        stop.set()
+        proceed.set()
+        await bounded(task)
+
+    await _assert_released(harness, job_id)
+
+
+async def test_on_stop_a_blocked_handler_is_interrupted_and_its_job_released(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    """A handler that never reaches a safe point is cancelled when the grace period
+    ends, and the runner still hands its job back (a shielded write)."""
+    job_id = await harness.create(max_attempts=1)
+    started, never = asyncio.Event(), asyncio.Event()
+    interrupted: list[bool] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        started.set()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            interrupted.append(True)
+            raise
+        return NO_FILES
+
+    pool = _pool(
+        settings.model_copy(update={"shutdown_grace_seconds": 0.0}),
+        database_url,
+        harness.clock,
+        {KEY: handler},
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await bounded(started.wait())
+    finally:
+        stop.set()
+        await bounded(task)
+
+    assert interrupted == [True]
+    await _assert_released(harness, job_id)
+
+
+async def _assert_released(harness: Harness, job_id: uuid.UUID) -> None:
+    row = await harness.row(job_id)
+    assert (row.state, row.reason, row.charged_attempts) == ("queued", "retry", 0)
+    assert row.worker_id is None
+    [attempt] = await harness.attempts(job_id)
+    assert (attempt.worker_id, attempt.outcome, attempt.charged) == ("w-pool", "released", 0)
+    assert (await harness.moves(job_id))[-1] == ("release", "running", "queued")
+    last = (await harness.history(job_id))[-1]
+    assert last.actor == "worker:w-pool"
+
+
+async def test_a_heartbeat_that_finds_the_lease_gone_stops_the_job_and_frees_its_slot(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    job_id = await harness.create()
+    started = asyncio.Event()
+    interrupted: list[bool] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            interrupted.append(True)
+            raise
+        return NO_FILES
+
+    pool = _pool(settings, database_url, harness.clock, {KEY: handler})
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await bounded(started.wait())
+        [(ctx, job_task)] = pool._running.values()
+        before = await harness.snapshot(job_id)
+        harness.clock.advance(LEASE + 1)  # the pool shares this clock: its lease is gone
+        await bounded(pool.heartbeat.beat_once())
+        await bounded(asyncio.gather(job_task, return_exceptions=True))
+        assert ctx.lost
+        assert interrupted == [True]
+        assert job_id not in pool._running
+        assert await harness.snapshot(job_id) == before  # the stale task wrote nothing
+    finally:
+        stop.set()
+        await bounded(task)
+    row = await harness.row(job_id)
+    assert (row.state, row.current_attempt_id) == ("running", ctx.attempt_id)  # for the reaper

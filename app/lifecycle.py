@@ -281,7 +281,9 @@ class Transition:
     * ``effects`` -- further columns (see :class:`Effect`);
     * ``visible`` -- bumps ``version`` (ETag) and ``updated_at``; ``records`` -- appends
       a history row; ``skip_locked`` -- a batch passes over rows another transaction
-      holds instead of waiting (heartbeats never queue behind a publication).
+      holds instead of waiting (heartbeats never queue behind a publication);
+    * ``actors`` -- who may make it: workers their fenced moves, the system its
+      maintenance, operators their decisions, reviewers (and operators) reviews.
 
     Every move also gets, from its source and target alone: ``finished_at`` on entering
     a terminal state, the lease cleared on leaving ``running``/``cancel_requested``, the
@@ -304,6 +306,9 @@ class Transition:
     visible: bool = True
     records: bool = True
     skip_locked: bool = False
+    actors: frozenset[str] = frozenset()
+    """Which kinds of actor may make the move (empty: any). Roles are checked at the
+    edge (403); this is the lifecycle's own statement of who moves a job where."""
 
     @property
     def sources(self) -> frozenset[JobState]:
@@ -375,6 +380,13 @@ _N = TransitionName
 _O = AttemptOutcome
 _E = Effect
 _BOOKKEEPING: dict[JobState | None, JobState] = {_R: _R, _CR: _CR}
+_WORKER, _SYSTEM, _OPERATOR, _REVIEWER, _CLIENT = (
+    "worker",
+    "system",
+    "operator",
+    "reviewer",
+    "client",
+)
 """The lease holder's writes that keep the state (SPEC: running -> running)."""
 
 
@@ -386,8 +398,11 @@ def _t(
     reasons: dict[JobState, Reason] | None = None,
     effects: tuple[Effect, ...] = (),
     delivery: tuple[DeliveryState, ...] = (),
+    actors: tuple[str, ...] = (),
     **flags: Any,
 ) -> Transition:
+    if flags.get("fenced"):
+        actors = actors or (_WORKER,)
     return Transition(
         name,
         MappingProxyType(moves),
@@ -395,6 +410,7 @@ def _t(
         reasons=MappingProxyType(reasons or {}),
         effects=frozenset(effects),
         delivery=frozenset(delivery),
+        actors=frozenset(actors),
         **flags,
     )
 
@@ -403,12 +419,18 @@ TRANSITIONS: Final = MappingProxyType(
     {
         t.name: t
         for t in (
-            _t(_N.CREATE, {None: _Q}, "POST /v1/jobs accepted and committed."),
+            _t(
+                _N.CREATE,
+                {None: _Q},
+                "POST /v1/jobs accepted and committed.",
+                actors=(_CLIENT, _OPERATOR, _SYSTEM),
+            ),
             _t(
                 _N.CLAIM,
                 {_Q: _R},
                 "A worker claims the job and opens a new attempt.",
                 effects=(_E.EXTEND_LEASE,),
+                actors=(_WORKER,),
             ),
             _t(
                 _N.HEARTBEAT,
@@ -491,6 +513,7 @@ TRANSITIONS: Final = MappingProxyType(
                 {_Q: _C, _W: _C, _R: _CR},
                 "Owner or operator asks to cancel.",
                 effects=(_E.CANCEL_MARK,),
+                actors=(_CLIENT, _OPERATOR),
             ),
             _t(
                 _N.STOP_CANCELED,
@@ -521,6 +544,7 @@ TRANSITIONS: Final = MappingProxyType(
                 {_S: _S},
                 "Retention passed; delivery becomes expired.",
                 delivery=(DeliveryState.EXPIRED,),
+                actors=(_SYSTEM,),
             ),
             _t(
                 _N.RESCUE,
@@ -530,6 +554,7 @@ TRANSITIONS: Final = MappingProxyType(
                 guard=Guard.LEASE_EXPIRED,
                 ends_attempt=_O.LOST,
                 effects=(_E.AVAILABLE_AFTER, _E.LAST_ERROR),
+                actors=(_SYSTEM,),
             ),
             _t(
                 _N.RESCUE_EXHAUSTED,
@@ -539,6 +564,7 @@ TRANSITIONS: Final = MappingProxyType(
                 guard=Guard.LEASE_EXPIRED,
                 ends_attempt=_O.LOST,
                 effects=(_E.LAST_ERROR,),
+                actors=(_SYSTEM,),
             ),
             _t(
                 _N.APPROVE,
@@ -547,6 +573,7 @@ TRANSITIONS: Final = MappingProxyType(
                 reasons={_Q: Reason.REVIEW_APPROVED},
                 guard=Guard.AWAITING_REVIEW,
                 effects=(_E.AVAILABLE_NOW,),
+                actors=(_REVIEWER, _OPERATOR),
             ),
             _t(
                 _N.RECEIVE_EVENT,
@@ -555,6 +582,7 @@ TRANSITIONS: Final = MappingProxyType(
                 reasons={_Q: Reason.EVENT_RECEIVED},
                 guard=Guard.AWAITING_EVENT,
                 effects=(_E.AVAILABLE_NOW,),
+                actors=(_SYSTEM, _CLIENT, _OPERATOR),
             ),
             _t(
                 _N.REJECT,
@@ -563,6 +591,7 @@ TRANSITIONS: Final = MappingProxyType(
                 reasons={_F: Reason.REVIEW_REJECTED},
                 guard=Guard.AWAITING_REVIEW,
                 effects=(_E.ERROR,),
+                actors=(_REVIEWER, _OPERATOR),
             ),
             _t(
                 _N.DEADLINE_FAIL,
@@ -571,6 +600,7 @@ TRANSITIONS: Final = MappingProxyType(
                 reasons={_F: Reason.DEADLINE_PASSED},
                 guard=Guard.DEADLINE_RULE_FAIL,
                 effects=(_E.ERROR,),
+                actors=(_SYSTEM,),
             ),
             _t(
                 _N.DEADLINE_ESCALATE,
@@ -579,6 +609,7 @@ TRANSITIONS: Final = MappingProxyType(
                 reasons={_U: Reason.DEADLINE_ESCALATED},
                 guard=Guard.DEADLINE_RULE_ESCALATE,
                 effects=(_E.LAST_ERROR,),
+                actors=(_SYSTEM,),
             ),
             _t(
                 _N.RESUME,
@@ -586,16 +617,28 @@ TRANSITIONS: Final = MappingProxyType(
                 "An operator resumes with a new attempt budget.",
                 reasons={_Q: Reason.RESUMED},
                 effects=(_E.AVAILABLE_NOW, _E.NEW_BUDGET),
+                actors=(_OPERATOR,),
             ),
-            _t(_N.OPERATOR_CANCEL, {_U: _C}, "An operator cancels unresolved work."),
+            _t(
+                _N.OPERATOR_CANCEL,
+                {_U: _C},
+                "An operator cancels unresolved work.",
+                actors=(_OPERATOR,),
+            ),
             _t(
                 _N.OPERATOR_FAIL,
                 {_U: _F},
                 "An operator fails unresolved work.",
                 reasons={_F: Reason.OPERATOR},
                 effects=(_E.ERROR,),
+                actors=(_OPERATOR,),
             ),
-            _t(_N.REPLAY, {None: _Q}, "An operator re-runs a terminal job as a new job."),
+            _t(
+                _N.REPLAY,
+                {None: _Q},
+                "An operator re-runs a terminal job as a new job.",
+                actors=(_OPERATOR,),
+            ),
         )
     }
 )

@@ -45,7 +45,7 @@ from workers.errors import (
 )
 from workers.handlers.base import Handler, PublishPlan
 
-log = get_logger("atlas.worker.engine")
+log = get_logger("atlas.worker.runner")
 
 
 class _PublicationRefusedError(Exception):

@@ -389,6 +389,7 @@ class Executor:
         ``Rejected(..., STALE_ATTEMPT)`` without a current state."""
         if not steps:
             return []
+        check_actor(spec, actor)
         targets = set(spec.moves.values())
         for step in steps:
             if step.reason is not None and not any(
@@ -438,6 +439,13 @@ class Executor:
         return result
 
 
+def check_actor(spec: Transition, actor: Actor) -> None:
+    """A move made by an actor its declaration does not name is a programming error
+    (roles are answered 403 at the edge long before)."""
+    if spec.actors and actor.kind not in spec.actors:
+        raise PermissionError(f"{spec.name} is not made by a {actor.kind}")
+
+
 def refusal(spec: Transition, step: Step, row: Row[Any] | None, *, owner: str | None) -> Rejected:
     """Why ``step`` did not move, from the job's row as the refusal read found it: the
     same conditions as the statement's, in the order a caller can act on them."""
@@ -476,6 +484,7 @@ __all__ = [
     "RejectReason",
     "Rejected",
     "Step",
+    "check_actor",
     "held_by",
     "refusal",
     "statement",

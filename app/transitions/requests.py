@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
+from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
 from app.db.queries import CREATE, LATE_CANCEL
 from app.db.schema import jobs
 from app.lifecycle import (
@@ -46,6 +46,7 @@ class RequestMoves(Service):
         """Create jobs -- rows and history -- in ONE statement; results in batch order."""
         if not batch:
             return []
+        check_actor(TRANSITIONS[transition], actor)
         ids = [uuid.uuid4() for _ in batch]
         rows = await conn.execute(
             CREATE,

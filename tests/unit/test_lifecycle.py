@@ -7,6 +7,7 @@ edge is reachable through some named transition, and terminal states stay termin
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 
 import pytest
@@ -187,3 +188,33 @@ def test_delivery_moves_start_from_none_and_end_in_absorbing_states() -> None:
     assert DeliveryState.EXPIRED not in sources
     assert DeliveryState.BLOCKED not in sources
     assert (DeliveryState.AVAILABLE, DeliveryState.BLOCKED) not in DELIVERY_MOVES
+
+
+def test_every_transition_says_who_makes_it() -> None:
+    known = {"worker", "system", "operator", "reviewer", "client"}
+    for spec in TRANSITIONS.values():
+        assert spec.actors, f"{spec.name} names no actor"
+        assert spec.actors <= known, spec.name
+        if spec.fenced:
+            assert spec.actors == {"worker"}, spec.name
+    operator_decisions = [n for n, t in TRANSITIONS.items() if t.actors == {"operator"}]
+    assert sorted(operator_decisions) == ["operator_cancel", "operator_fail", "replay", "resume"]
+
+
+def test_a_move_by_an_actor_it_does_not_name_is_refused_before_any_sql() -> None:
+    import asyncio
+
+    from app.clock import Clock
+    from app.db.moves import Actor, Executor, Step
+
+    executor = Executor(Clock(), 30)
+    with pytest.raises(PermissionError):
+        # No connection is needed: the declaration refuses first.
+        asyncio.run(
+            executor.apply(
+                None,  # type: ignore[arg-type]
+                TRANSITIONS["resume"],
+                [Step(uuid.uuid4())],
+                actor=Actor("client", "mallory"),
+            )
+        )

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -54,8 +54,23 @@ class Settings(BaseSettings):
         gt=1024,
         description="Largest request line + headers; beyond it 431 (or 400), connection closed.",
     )
+    watch_max_per_key: int = Field(
+        default=100,
+        gt=0,
+        description="Open long-polls + event streams per API key; beyond it 429.",
+    )
+    watch_max_total: int = Field(
+        default=1000,
+        gt=0,
+        description="Open long-polls + event streams per API process; beyond it 503.",
+    )
     http_limit_concurrency: int = Field(
-        default=1000, gt=0, description="Open connections + tasks before new requests get 503."
+        default=2000,
+        gt=0,
+        description=(
+            "Open connections + tasks before new requests get 503; must exceed "
+            "watch_max_total, the difference is the room left for ordinary requests."
+        ),
     )
     http_keep_alive_seconds: int = Field(
         default=5, gt=0, description="An idle keep-alive connection is closed after this."
@@ -84,6 +99,16 @@ class Settings(BaseSettings):
             "from the request's Host header. Unset: derived from the bind address."
         ),
     )
+
+    @model_validator(mode="after")
+    def _room_beside_watchers(self) -> Settings:
+        if self.http_limit_concurrency <= self.watch_max_total:
+            raise ValueError(
+                "ATLAS_HTTP_LIMIT_CONCURRENCY must exceed ATLAS_WATCH_MAX_TOTAL: long-polls "
+                "and event streams count as open connections too, and ordinary requests "
+                "need room beside them"
+            )
+        return self
 
     @field_validator("public_url")
     @classmethod

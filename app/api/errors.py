@@ -191,6 +191,32 @@ class QueueBackedUpError(ApiError):
         super().__init__(detail, headers={"Retry-After": str(retry_after)})
 
 
+class TooManyWatchersError(ApiError):
+    """This API key already holds its share of long-polls and event streams."""
+
+    status, slug, title = (
+        429,
+        "too-many-watchers",
+        "Too many open long-polls and event streams for this API key",
+    )
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
+class WatchersExhaustedError(ApiError):
+    """The process holds as many long-polls and event streams as it serves."""
+
+    status, slug, title = (
+        503,
+        "watchers-exhausted",
+        "The server holds all the long-polls and event streams it serves; try again later",
+    )
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
 class NotReadyError(ApiError):
     status, slug, title = 503, "not-ready", "The service is not ready"
 

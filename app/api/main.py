@@ -1,9 +1,10 @@
 """The FastAPI application: routers, middleware, error translation, lifespan.
 
 The lifespan opens the database engine (``DATABASE_URL`` or the embedded server), the
-LISTEN connection that wakes ``Prefer: wait`` reads and event streams, the download
-signer and the result store; it closes them in reverse order. While shutting down the
-app reports not-ready (``/readyz`` 503) so a load balancer stops sending traffic.
+LISTEN connection and the feeds (:mod:`app.api.feeds`) that serve ``Prefer: wait`` reads
+and event streams, the download signer and the result store; it closes them in reverse
+order. While shutting down the app reports not-ready (``/readyz`` 503) so a load
+balancer stops sending traffic.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from fastapi.routing import APIRoute
 
 from app import __version__
 from app.api.errors import install_error_handlers
+from app.api.feeds import FeedHub
 from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
 from app.api.routers import events, health, jobs, operations, results, reviews
 from app.api.state import ApiState
+from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
 from app.db.engine import create_engine, libpq_url, resolve_database_url
 from app.settings import Settings, get_settings
@@ -62,12 +65,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         engine = create_engine(url, pool_size=settings.db_pool_size, application_name="atlas-api")
         notifier = JobChangeNotifier(libpq_url(url))
         await notifier.start()
+        caps = WatcherCaps(per_key=settings.watch_max_per_key, total=settings.watch_max_total)
+        feeds = FeedHub(engine, clock, notifier, caps)
         state = ApiState(
             settings=settings,
             engine=engine,
             clock=clock,
             transitions=Transitions(clock, lease_seconds=settings.lease_seconds),
             notifier=notifier,
+            feeds=feeds,
             signer=signer_from_settings(settings),
             store=FilesystemStore(settings.results_dir),
             metrics=metrics,
@@ -78,6 +84,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             yield
         finally:
             state.draining = True
+            await feeds.stop()
             await notifier.stop()
             await engine.dispose()
 

@@ -36,6 +36,16 @@ class ApiMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self.watchers = Gauge(
+            "atlas_watchers",
+            "Open long-polls (Prefer: wait) and event streams (sampled at scrape time).",
+            registry=self.registry,
+        )
+        self.feeds = Gauge(
+            "atlas_feeds",
+            "Jobs with a live feed shared by their watchers (sampled at scrape time).",
+            registry=self.registry,
+        )
         self.listener_connected = Gauge(
             "atlas_listener_connected",
             "1 while the LISTEN connection for job changes is up.",

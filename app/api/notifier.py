@@ -2,13 +2,14 @@
 
 The database triggers send ``atlas_job_changed`` with the ids of the jobs a statement
 changed (comma-separated) after every commit that bumps ``jobs.version``.
-``Prefer: wait`` reads and event streams subscribe to a job id here and sleep until a
-notification (or their timeout) arrives -- no polling loop against the database.
+The one subscriber per watched job is its :class:`app.api.feeds.Feed`: it sleeps here
+until a notification arrives, then reads the job once for every long-poll and event
+stream watching it -- no polling loop against the database, no read per reader.
 
 The connection is the shared :class:`app.db.listen.Listener` (one reconnect and backoff
 policy for the API and the workers). After every (re)connect every subscriber is woken:
-changes made while the connection was down were never announced, so each reader re-reads
-and goes back to sleep. Timeouts still bound every wait, so a lost notification costs
+changes made while the connection was down were never announced, so each feed re-reads
+once and goes back to sleep. Timeouts still bound every wait, so a lost notification costs
 latency, never a hang.
 """
 
@@ -35,10 +36,12 @@ class Subscription:
     def notify(self) -> None:
         self._event.set()
 
-    async def wait(self, seconds: float) -> bool:
-        """True when a change arrived, False after ``seconds``. Re-arms itself."""
+    async def wait(self, seconds: float | None) -> bool:
+        """True when a change arrived, False after ``seconds`` (``None``: no limit).
+        Re-arms itself; changes that arrive before the next call wake it once."""
         try:
-            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, seconds))
+            timeout = None if seconds is None else max(0.0, seconds)
+            await asyncio.wait_for(self._event.wait(), timeout=timeout)
         except TimeoutError:
             return False
         self._event.clear()

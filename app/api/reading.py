@@ -49,13 +49,13 @@ async def read_status_once(
         return await read_status(conn, job_id, owner=owner, clock=clock)
 
 
-def status_headers(job: Any, status: JobPublic) -> dict[str, str]:
-    """ETag always; Retry-After while the job is not terminal (against the database time
-    the row was read or written at)."""
+def status_headers(job: Any, status: JobPublic, *, now: datetime | None = None) -> dict[str, str]:
+    """ETag always; Retry-After while the job is not terminal (against ``now``, else the
+    database time the row was read or written at)."""
     found = {"ETag": etag(job.version)}
     state = JobState(job.state)
     if not is_terminal(state):
-        now = getattr(job, "observed_at", None) or datetime.now(UTC)
+        now = now or getattr(job, "observed_at", None) or datetime.now(UTC)
         found["Retry-After"] = str(retry_after_seconds(state, status.next_attempt_at, now))
     return found
 

@@ -16,8 +16,10 @@ PROBLEM_DESCRIPTIONS: dict[int, str] = {
     413: "The request body is too large.",
     415: "The body is not application/json.",
     422: "The request does not validate.",
-    429: "Admission refused: too many unfinished jobs for this owner (see Retry-After).",
-    503: "Not ready, or admission refused because the queue is backed up (see Retry-After).",
+    429: "Too many: unfinished jobs of this owner (creation), or open long-polls and event "
+    "streams of this API key (Prefer: wait, events). See Retry-After.",
+    503: "Not ready; the queue is backed up (creation); or the server holds all the "
+    "long-polls and event streams it serves (Prefer: wait, events). See Retry-After.",
 }
 
 HEADER_SCHEMAS: dict[str, dict[str, Any]] = {

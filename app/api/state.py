@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.feeds import FeedHub
 from app.api.metrics import ApiMetrics
 from app.api.notifier import JobChangeNotifier
 from app.clock import Clock
@@ -22,6 +23,7 @@ class ApiState:
     clock: Clock
     transitions: Transitions
     notifier: JobChangeNotifier
+    feeds: FeedHub
     signer: DownloadSigner
     store: FilesystemStore
     metrics: ApiMetrics

@@ -108,6 +108,18 @@ async def history(
     return list(rows.all())
 
 
+async def history_tail(conn: AsyncConnection, job_id: uuid.UUID, *, limit: int) -> list[Row[Any]]:
+    """The job's last ``limit`` history rows, oldest first (a live feed's first read)."""
+    rows = await conn.execute(
+        select(job_history, attempts.c.number.label("attempt_number"))
+        .select_from(job_history.outerjoin(attempts, attempts.c.id == job_history.c.attempt_id))
+        .where(job_history.c.job_id == job_id)
+        .order_by(job_history.c.seq.desc())
+        .limit(limit)
+    )
+    return list(reversed(rows.all()))
+
+
 async def checkpoints(conn: AsyncConnection, job_id: uuid.UUID) -> dict[tuple[str, str], Any]:
     """The durable checkpoints of a job's earlier attempts: ``(stage, unit) -> data``."""
     rows = await conn.execute(

@@ -4,25 +4,27 @@ Each history row is an event ``transition`` whose ``id`` is the history ``seq``,
 client that reconnects with ``Last-Event-ID`` resumes exactly after what it saw. A
 version change with no new history row (progress, heartbeat-free bookkeeping) is an
 event ``progress`` carrying the status body, without an id. The stream ends once the
-job is terminal and its delivery settled. Woken by LISTEN/NOTIFY; a comment line every
-``KEEPALIVE_SECONDS`` keeps proxies from closing an idle stream.
+job is terminal and its delivery settled. Every stream follows the job's shared feed
+(:mod:`app.api.feeds`: one read per change for all of its readers); a client resuming
+from before the history the feed holds reads that backlog itself, a page at a time. A
+comment line every ``KEEPALIVE_SECONDS`` keeps proxies from closing an idle stream.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
+from app.api.feeds import FeedHub, Watcher
 from app.api.responses import problems
-from app.api.state import ApiState
-from app.api.views import history_item, job_status
-from app.db import reads
+from app.api.views import history_item
 from app.lifecycle import DeliveryState, JobState, is_terminal
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
@@ -60,32 +62,70 @@ def _last_event_id(value: str | None) -> int:
 
 
 async def _stream(
-    state: ApiState, job_id: uuid.UUID, owner: str | None, after_seq: int
+    feeds: FeedHub, watcher: Watcher, owner: str | None, after_seq: int
 ) -> AsyncIterator[bytes]:
-    seen_version: int | None = None
-    yield b"retry: 2000\n\n"
-    async with state.notifier.subscribe(job_id) as changes:
-        while True:
-            async with state.engine.connect() as conn:
-                job = await reads.get_job(conn, job_id, owner=owner)
-                if job is None:
-                    return
-                rows = await reads.history(conn, job_id, after_seq=after_seq)
-                stages = (await reads.stages_for(conn, [job_id]))[job_id]
-            for row in rows:
+    """Follow the job's feed (no query per change); catch up first, page by page, when
+    ``Last-Event-ID`` is older than the history the feed holds."""
+    try:
+        seen_version: int | None = None
+        snapshot = watcher.snapshot
+        yield b"retry: 2000\n\n"
+        while snapshot is not None:
+            job = snapshot.visible_to(owner)
+            if job is None:
+                return
+            sent = False
+            while after_seq < snapshot.history_floor:
+                backlog = await feeds.history_page(watcher.feed.job_id, after_seq)
+                if not backlog:
+                    break
+                for row in backlog:
+                    after_seq = row.seq
+                    yield _transition(row)
+                sent = True
+            for row in snapshot.history_after(after_seq):
                 after_seq = row.seq
-                item = history_item(row).model_dump_json(by_alias=True)
-                yield _frame("transition", item, row.seq)
-            if not rows and seen_version is not None and job.version != seen_version:
-                yield _frame("progress", job_status(job, stages).model_dump_json())
+                yield _transition(row)
+                sent = True
+            if not sent and seen_version is not None and job.version != seen_version:
+                assert snapshot.status is not None
+                yield _frame("progress", snapshot.status.model_dump_json())
             seen_version = job.version
             done = is_terminal(JobState(job.state)) and (
                 DeliveryState(job.delivery_state) not in UNSETTLED
             )
             if done:
                 return
-            if not await changes.wait(KEEPALIVE_SECONDS):
+            found = await watcher.next(KEEPALIVE_SECONDS)
+            if found is None:
                 yield b": keepalive\n\n"
+            else:
+                snapshot = found
+    finally:
+        watcher.close()
+
+
+def _transition(row: Any) -> bytes:
+    return _frame("transition", history_item(row).model_dump_json(by_alias=True), row.seq)
+
+
+class WatchedStream(StreamingResponse):
+    """A stream that gives its watcher slot back however it ends -- also when the
+    client left before the first byte, and the body was never started."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, watcher: Watcher) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+        self.watcher = watcher
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.watcher.close()
 
 
 @router.get(
@@ -99,7 +139,7 @@ async def _stream(
             "`progress` (the status body). Ends when the job is terminal.",
             "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
         },
-        **problems(404, 422),
+        **problems(404, 422, 429, 503),
     },
 )
 async def stream(
@@ -113,14 +153,15 @@ async def stream(
 ) -> StreamingResponse:
     bind_job(job_id)
     owner = visible_owner(principal)
-    async with state.engine.connect() as conn:
-        if await reads.get_job(conn, job_id, owner=owner) is None:
+    watcher = await state.feeds.open(job_id, principal.key_id)
+    try:
+        if watcher.snapshot is None or watcher.snapshot.visible_to(owner) is None:
             raise JobNotFoundError()
-    return StreamingResponse(
-        _stream(state, job_id, owner, _last_event_id(last_event_id)),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+        events = _stream(state.feeds, watcher, owner, _last_event_id(last_event_id))
+        return WatchedStream(events, watcher=watcher)
+    except BaseException:
+        watcher.close()
+        raise
 
 
 __all__ = ["router"]

@@ -103,4 +103,6 @@ async def metrics(
     except Exception as exc:  # metrics must answer even when the database does not
         log.warning("metrics_jobs_unavailable", error_type=type(exc).__name__)
     state.metrics.listener_connected.set(1 if state.notifier.connected else 0)
+    state.metrics.watchers.set(state.feeds.caps.watching)
+    state.metrics.feeds.set(state.feeds.feeds)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from typing import Annotated, Any
 
@@ -13,13 +12,14 @@ from fastapi import APIRouter, Header, Query, Response, status
 from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_job
+from app.api.longpoll import held_status
 from app.api.reading import answer, answer_row, read_status_once, settle, status_headers
 from app.api.responses import headers, problems
 from app.api.schemas import HistoryPage, JobCreate, JobPage, JobPublic
 from app.api.views import etag_matches, history_item, job_path, job_status
 from app.apikeys import Principal, Role
 from app.db import reads
-from app.lifecycle import JobState, is_terminal
+from app.lifecycle import JobState
 from app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -159,7 +159,7 @@ def _prefer_wait(prefer: str | None, cap: float) -> int | None:
             "headers": headers("ETag", "Retry-After", "Vary", "Preference-Applied"),
         },
         304: {"description": "Unchanged since If-None-Match.", "headers": headers("ETag")},
-        **problems(404, 422),
+        **problems(404, 422, 429, 503),
     },
 )
 async def get(
@@ -174,26 +174,18 @@ async def get(
     ] = None,
 ) -> Any:
     bind_job(job_id)
-    owner = visible_owner(principal)
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
-    async with state.notifier.subscribe(job_id) as changes:
-        job, public = await read_status_once(state.engine, job_id, owner=owner, clock=state.clock)
-        if wait is not None:
-            # Hold while the client's copy is current (If-None-Match), or -- without a
-            # validator -- until the next change of a job that can still change.
-            baseline = job.version
-            holding = etag_matches(if_none_match, job.version) or (
-                not if_none_match and not is_terminal(JobState(job.state))
-            )
-            deadline = time.monotonic() + wait
-            while holding and job.version == baseline:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not await changes.wait(remaining):
-                    break
-                job, public = await read_status_once(
-                    state.engine, job_id, owner=owner, clock=state.clock
-                )
-    found = status_headers(job, public)
+    if wait is None:  # a plain read: straight from the database
+        job, public = await read_status_once(
+            state.engine, job_id, owner=visible_owner(principal), clock=state.clock
+        )
+        found = status_headers(job, public)
+    else:  # a held read: from the job's shared feed
+        held = await held_status(
+            state.feeds, job_id, principal, wait=wait, if_none_match=if_none_match
+        )
+        job, public = held.job, held.status
+        found = status_headers(job, public, now=held.now)
     found["Vary"] = "Prefer"
     if wait is not None:
         found["Preference-Applied"] = f"wait={wait}"

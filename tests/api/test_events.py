@@ -56,12 +56,16 @@ async def test_live_stream_shows_transitions_and_progress_as_they_happen(
     async with httpx.AsyncClient(base_url=live_api.url, timeout=30) as http:
         job_id = uuid.UUID((await http.post("/v1/jobs", json=BUNDLE, headers=keys.a)).json()["id"])
         seen: list[tuple[str, str]] = []
+        saw_progress = asyncio.Event()
 
         async def drive() -> None:
             attempt = await driver.claim(job_id)
             await asyncio.sleep(0.2)
             await driver.progress(job_id, attempt)  # version bump, no history row
-            await asyncio.sleep(0.2)
+            # The stream shows the latest state of each change it reads: wait until it
+            # has shown this one before the next change (no race with a loaded machine).
+            async with asyncio.timeout(20):
+                await saw_progress.wait()
             async with driver.engine.begin() as conn:
                 await driver.t.stage_output(
                     conn, job_id, attempt, DeliveryState.PARTIAL_PRIVATE, actor=WORKER
@@ -78,6 +82,8 @@ async def test_live_stream_shows_transitions_and_progress_as_they_happen(
                     seen.append(("transition", data["to"]))
                 else:
                     seen.append(("progress", data["progress"]["stage"] or "-"))
+                    if data["progress"]["stage"] == "validate":
+                        saw_progress.set()
             await driving
     transitions = [s for kind, s in seen if kind == "transition"]
     assert transitions == ["queued", "running", "succeeded"]

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    batch_max_jobs: int = Field(
+        default=100, gt=0, description="Most jobs one POST /v1/jobs:batch may create; more is 413."
+    )
     max_wait_seconds: float = Field(default=30.0, ge=0, description="Cap for Prefer: wait=N.")
     signing_secret: str | None = Field(
         default=None, description="Secret for download URLs; generated under data_dir if unset."

@@ -1,7 +1,8 @@
 """Admission control for new jobs: refuse early, with Retry-After, rather than accept
 work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
 
-* Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429). Counted
+* Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
+  is admitted only if all its new jobs fit. Counted
   with a LIMIT along ``ix_jobs_owner_active``, so the check costs the same for an owner
   with ten jobs or ten million finished ones, under a per-owner advisory lock held to
   the end of the creating transaction, so concurrent creations cannot overshoot.
@@ -27,17 +28,19 @@ RETRY_AFTER_SECONDS = 5
 
 
 async def check_admission(
-    conn: AsyncConnection, *, owner: str, settings: Settings, clock: Clock
+    conn: AsyncConnection, *, owner: str, settings: Settings, clock: Clock, adding: int = 1
 ) -> None:
+    """Refuse ``adding`` new jobs (a batch counts whole: all fit or none is created)."""
     limit = settings.admission_max_active_per_owner
     if limit is not None:
         # Under the owner's admission lock until commit: two concurrent creations
         # cannot both count the last free place.
         await queries.lock_admission(conn, owner)
         count = await reads.unfinished_jobs(conn, owner, up_to=limit)
-        if count >= limit:
+        if count + adding > limit:
+            asked = "" if adding == 1 else f", {adding} more asked"
             raise TooManyActiveJobsError(
-                f"{count} unfinished jobs (limit {limit}); wait for some to finish",
+                f"{count} unfinished jobs{asked} (limit {limit}); wait for some to finish",
                 retry_after=RETRY_AFTER_SECONDS,
             )
     max_age = settings.admission_max_queue_age_seconds

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from app.api.paths import allowed_methods
+from app.kinds import KINDS
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"
@@ -133,6 +134,13 @@ class RequestTimeoutError(ApiError):
 
 class PayloadTooLargeError(ApiError):
     status, slug, title = 413, "payload-too-large", "The request body is too large"
+
+
+class BatchTooLargeError(ApiError):
+    status, slug, title = 413, "batch-too-large", "The batch holds more jobs than allowed"
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"{count} jobs in one batch (limit {limit})", max_jobs=limit)
 
 
 class HeadersTooLargeError(ApiError):
@@ -257,14 +265,34 @@ def clean_validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
     return cleaned
 
 
+def field_location(loc: Sequence[Any]) -> tuple[Any, ...]:
+    """Where a field is in the request body, without the kind tag pydantic adds for the
+    discriminated union: ``body.input.pages``, ``body.jobs.3.input.pages``."""
+    parts = tuple(loc)
+    tag_at = 1 if parts[:1] == ("body",) else None
+    if parts[:2] == ("body", "jobs") and len(parts) > 3 and isinstance(parts[2], int):
+        tag_at = 3
+    if tag_at is not None and len(parts) > tag_at and parts[tag_at] in KINDS:
+        return parts[:tag_at] + parts[tag_at + 1 :]
+    return parts
+
+
+def in_job_input(loc: Sequence[Any]) -> bool:
+    """A location inside a job's ``input`` (one job, or an item of a batch)."""
+    parts = tuple(loc)
+    return (len(parts) > 2 and parts[:2] == ("body", "input")) or (
+        len(parts) > 4 and parts[:2] == ("body", "jobs") and parts[3] == "input"
+    )
+
+
 def _from_validation(exc: RequestValidationError) -> ApiError:
-    errors = list(exc.errors())
+    errors = [{**e, "loc": field_location(e.get("loc", ()))} for e in exc.errors()]
     if any(e.get("type") == "json_invalid" for e in errors):
         return MalformedJsonError()
     if any(e.get("type") == "union_tag_invalid" for e in errors):
         return UnknownKindError("Unknown kind", errors=clean_validation_errors(errors))
-    body_input = [e for e in errors if tuple(e.get("loc", ()))[:1] == ("body",)]
-    if body_input and all(len(e.get("loc", ())) > 3 and e["loc"][2] == "input" for e in body_input):
+    body_input = [e for e in errors if e["loc"][:1] == ("body",)]
+    if body_input and all(in_job_input(e["loc"]) for e in body_input):
         return InvalidInputError(errors=clean_validation_errors(errors))
     return InvalidRequestError(
         "The request does not match the API schema", errors=clean_validation_errors(errors)

@@ -1,22 +1,30 @@
-"""Job creation with the Idempotency-Key protocol (SPEC section 2).
+"""Job creation with the Idempotency-Key protocol (SPEC section 2), for one job
+(``POST /v1/jobs``) and for a batch (``POST /v1/jobs:batch``) -- one code path: a single
+job is a batch of one.
 
 One transaction per request (the caller's):
 
-1. ``pg_try_advisory_xact_lock(hashtextextended(owner || ':' || key, 0))`` -- if another
-   transaction holds it, that request is in flight: answer 409 + Retry-After at once
-   rather than queueing behind it.
-2. With the lock: an ``idempotency_keys`` row with the same fingerprint returns the
-   existing job (replayed); another fingerprint is 422.
-3. Otherwise admission control (:mod:`app.api.admission`; 429/503 + Retry-After),
-   then create the job through :class:`~app.transitions.Transitions` and insert the
-   key row, then commit. The 202 is sent only after the commit: never a 202 without a
-   durable job.
+1. Validate every item (422 naming the field; for a batch, the item's index) and
+   fingerprint the ones with a key. The same key twice in one batch is 422.
+2. ``pg_try_advisory_xact_lock(hashtextextended(owner || ':' || key, 0))`` for every key,
+   in ONE statement -- if another transaction holds one, that request is in flight:
+   answer 409 + Retry-After at once rather than queueing behind it.
+3. With the locks, ONE read of the keys already stored: a key with the same fingerprint
+   returns its existing job (replayed); another fingerprint is 422 -- for the whole
+   batch, nothing is created.
+4. Admission control for the jobs still to create (:mod:`app.api.admission`; 429/503 +
+   Retry-After; the per-owner cap counts all of them), then ONE ``create_many``
+   statement for those jobs and their history rows, then ONE insert of their key rows.
+   The caller commits; the 202 is sent only after the commit: never a 202 without a
+   durable job, and a batch is created whole or not at all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +33,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.admission import check_admission
 from app.api.errors import (
+    BatchTooLargeError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
     InvalidInputError,
+    InvalidRequestError,
     JobNotFoundError,
     UnknownKindError,
     clean_validation_errors,
@@ -46,8 +56,34 @@ class Created:
     replayed: bool
 
 
-def validated_input(body: JobCreateBase) -> tuple[KindSpec, dict[str, Any]]:
-    """The kind and its normalized input, or a 422 before anything is stored."""
+@dataclass(frozen=True, slots=True)
+class CreationRequest:
+    """One job asked for: its body, its optional key, and where it sits in the request
+    (``("body",)`` for ``POST /v1/jobs``, ``("body", "jobs", i)`` for a batch item)."""
+
+    body: JobCreateBase
+    idempotency_key: str | None
+    loc: tuple[str | int, ...] = ("body",)
+
+    @property
+    def key_loc(self) -> list[str]:
+        if self.loc == ("body",):
+            return ["header", "Idempotency-Key"]
+        return [str(part) for part in (*self.loc, "idempotency_key")]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    request: CreationRequest
+    new: NewJob
+    fingerprint: str | None
+
+
+def validated_input(
+    body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)
+) -> tuple[KindSpec, dict[str, Any]]:
+    """The kind and its normalized input, or a 422 (naming ``loc``) before anything is
+    stored."""
     spec = KINDS.get(body.kind)
     if spec is None:
         raise UnknownKindError(f"Unknown kind; known kinds: {', '.join(sorted(KINDS))}")
@@ -56,7 +92,8 @@ def validated_input(body: JobCreateBase) -> tuple[KindSpec, dict[str, Any]]:
         # safe to call with any model (the CLI, tests) at negligible cost.
         model = spec.input_model.model_validate(body.input.model_dump(mode="json"))
     except ValidationError as exc:
-        raise InvalidInputError(errors=clean_validation_errors(exc.errors())) from None
+        located = [{**e, "loc": (*loc, "input", *e.get("loc", ()))} for e in exc.errors()]
+        raise InvalidInputError(errors=clean_validation_errors(located)) from None
     return spec, model.model_dump(mode="json")
 
 
@@ -81,38 +118,123 @@ async def create_job(
     request_id: str | None,
     settings: Settings,
 ) -> Created:
-    spec, normalized = validated_input(body)
+    """``POST /v1/jobs``: a batch of one."""
+    [created] = await create_jobs(
+        conn,
+        transitions,
+        principal,
+        [CreationRequest(body, idempotency_key)],
+        request_id=request_id,
+        settings=settings,
+    )
+    return created
+
+
+async def create_batch(
+    conn: AsyncConnection,
+    transitions: Transitions,
+    principal: Principal,
+    items: Sequence[JobCreateBase],
+    *,
+    request_id: str | None,
+    settings: Settings,
+) -> list[Created]:
+    """``POST /v1/jobs:batch``: at most ``batch_max_jobs`` items, each with its own key."""
+    if len(items) > settings.batch_max_jobs:
+        raise BatchTooLargeError(len(items), settings.batch_max_jobs)
+    requests = [
+        CreationRequest(item, getattr(item, "idempotency_key", None), ("body", "jobs", i))
+        for i, item in enumerate(items)
+    ]
+    return await create_jobs(
+        conn, transitions, principal, requests, request_id=request_id, settings=settings
+    )
+
+
+def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
+    spec, normalized = validated_input(request.body, request.loc)
     new = NewJob(
-        owner=principal.owner,
+        owner=owner,
         kind=spec.name,
         kind_version=spec.version,
         input=normalized,
         max_attempts=spec.max_attempts,
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
-        idempotency_key=idempotency_key,
+        idempotency_key=request.idempotency_key,
     )
-    actor = Actor("client", principal.owner)
-    if idempotency_key is None:
-        await check_admission(
-            conn, owner=principal.owner, settings=settings, clock=transitions.clock
-        )
-        return Created((await transitions.create(conn, new, actor=actor)).job, False)
-    if not await queries.try_idempotency_lock(conn, principal.owner, idempotency_key):
-        raise IdempotencyKeyInFlightError(retry_after=1)
-    digest = fingerprint(spec.name, normalized)
-    seen = await reads.idempotency_key(
-        conn, principal.owner, idempotency_key, now=transitions.clock.now()
-    )
-    if seen is not None:
-        if seen.fingerprint != digest:
-            raise IdempotencyKeyReusedError()
-        if seen.job is None:  # pragma: no cover - the key row cascades with its job
+    digest = None if request.idempotency_key is None else fingerprint(spec.name, normalized)
+    return _Prepared(request, new, digest)
+
+
+def _reject_repeated_keys(prepared: Sequence[_Prepared]) -> None:
+    seen: set[str] = set()
+    for item in prepared:
+        key = item.request.idempotency_key
+        if key is None:
+            continue
+        if key in seen:
+            raise InvalidRequestError(
+                "The same idempotency_key appears twice in the batch",
+                errors=[
+                    {"loc": item.request.key_loc, "msg": "repeated key", "type": "key_repeated"}
+                ],
+            )
+        seen.add(key)
+
+
+async def create_jobs(
+    conn: AsyncConnection,
+    transitions: Transitions,
+    principal: Principal,
+    requests: Sequence[CreationRequest],
+    *,
+    request_id: str | None,
+    settings: Settings,
+) -> list[Created]:
+    """Create (or find, by key) every requested job, in request order. See the module
+    docstring for the protocol and the statements it costs."""
+    owner = principal.owner
+    prepared = [_prepare(request, owner, request_id) for request in requests]
+    _reject_repeated_keys(prepared)
+    keys = [p.request.idempotency_key for p in prepared if p.request.idempotency_key]
+    seen: dict[str, reads.SeenKey] = {}
+    if keys:
+        if not await queries.try_idempotency_locks(conn, owner, keys):
+            raise IdempotencyKeyInFlightError(retry_after=1)
+        seen = await reads.idempotency_keys_seen(conn, owner, keys, now=transitions.clock.now())
+    found: dict[int, Created] = {}
+    fresh: list[tuple[int, _Prepared]] = []
+    for index, item in enumerate(prepared):
+        known = seen.get(item.request.idempotency_key or "")
+        if known is None:
+            fresh.append((index, item))
+            continue
+        if known.fingerprint != item.fingerprint:
+            raise IdempotencyKeyReusedError(
+                errors=[
+                    {
+                        "loc": item.request.key_loc,
+                        "msg": "key used with another body",
+                        "type": "key_reused",
+                    }
+                ]
+            )
+        if known.job is None:  # pragma: no cover - the key row cascades with its job
             raise JobNotFoundError()
-        return Created(seen.job, True)
-    await check_admission(conn, owner=principal.owner, settings=settings, clock=transitions.clock)
-    created = await transitions.create(conn, new, actor=actor)
-    await queries.remember_idempotency_key(
-        conn, principal.owner, idempotency_key, fingerprint=digest, job_id=created.job.id
-    )
-    return Created(created.job, False)
+        found[index] = Created(known.job, True)
+    if fresh:
+        await check_admission(
+            conn, owner=owner, settings=settings, clock=transitions.clock, adding=len(fresh)
+        )
+        created = await transitions.create_many(
+            conn, [item.new for _, item in fresh], actor=Actor("client", owner)
+        )
+        remembered: list[tuple[str, str, uuid.UUID]] = []
+        for (index, item), applied in zip(fresh, created, strict=True):
+            found[index] = Created(applied.job, False)
+            if item.request.idempotency_key is not None and item.fingerprint is not None:
+                remembered.append((item.request.idempotency_key, item.fingerprint, applied.job.id))
+        if remembered:
+            await queries.remember_idempotency_keys(conn, owner, remembered)
+    return [found[index] for index in range(len(prepared))]

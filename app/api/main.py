@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         separate_input_output_schemas=False,
     )
     for router in (
+        jobs.batch_router,
         jobs.router,
         events.router,
         results.router,

@@ -28,6 +28,7 @@ from app.api.errors import (
     PayloadTooLargeError,
     RequestTimeoutError,
     UnsupportedMediaTypeError,
+    in_job_input,
     problem_response,
 )
 from app.api.metrics import ApiMetrics
@@ -153,8 +154,7 @@ def unstorable_text_error(locations: list[Location]) -> ApiError:
         {"loc": [str(part) for part in loc], "msg": UNSTORABLE_MESSAGE, "type": "string_unstorable"}
         for loc in locations
     ]
-    in_input = all(len(loc) > 2 and loc[:2] == ("body", "input") for loc in locations)
-    if in_input:
+    if all(in_job_input(loc) for loc in locations):
         return InvalidInputError(errors=errors)
     return InvalidRequestError("The request contains text that cannot be stored", errors=errors)
 

@@ -4,6 +4,7 @@ the one mapping of a refused move (:class:`~app.transitions.Rejected`) to its pr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,13 @@ async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:
     """The status body of a job row; its stages are read only when it has a plan."""
     stages = (await reads.stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
     return job_status(job, stages)
+
+
+async def public_statuses(conn: AsyncConnection, rows: Sequence[Any]) -> list[JobPublic]:
+    """The status bodies of many job rows; stages read once, for those with a plan."""
+    planned = [row.id for row in rows if row.plan_revision]
+    stages = await reads.stages_for(conn, planned) if planned else {}
+    return [job_status(row, stages.get(row.id, [])) for row in rows]
 
 
 async def read_status(

@@ -58,6 +58,53 @@ else:
     JobCreate = Annotated[Union[JOB_CREATE_VARIANTS], Field(discriminator="kind")]  # noqa: UP007
 
 
+def _batch_item_variant(create: type[JobCreateBase]) -> type[JobCreateBase]:
+    name = create.__name__.removesuffix("JobCreate") + "JobBatchItem"
+    model: type[JobCreateBase] = create_model(
+        name,
+        __base__=create,
+        __doc__=(create.__doc__ or "").rstrip(".")
+        + ". One item of a batch, with its own optional idempotency key.",
+        idempotency_key=(
+            str | None,
+            Field(
+                default=None,
+                min_length=1,
+                max_length=255,
+                description=(
+                    "Like the Idempotency-Key header of POST /v1/jobs, for this item: the "
+                    "same key and body return the existing job (replayed); another body "
+                    "is 422 for the whole batch."
+                ),
+            ),
+        ),
+    )
+    return model
+
+
+JOB_BATCH_ITEM_VARIANTS = tuple(_batch_item_variant(v) for v in JOB_CREATE_VARIANTS)
+
+if TYPE_CHECKING:
+
+    class JobBatchItem(JobCreateBase):
+        idempotency_key: str | None
+
+else:
+    JobBatchItem = Annotated[Union[JOB_BATCH_ITEM_VARIANTS], Field(discriminator="kind")]  # noqa: UP007
+
+
+class JobBatchCreate(StrictModel):
+    """``POST /v1/jobs:batch``: many jobs, created atomically (all or none)."""
+
+    jobs: list[JobBatchItem] = Field(
+        min_length=1,
+        description=(
+            "The jobs to create, in order. At most ``ATLAS_BATCH_MAX_JOBS`` items "
+            "(default 100); more is 413."
+        ),
+    )
+
+
 class OperatorNote(StrictModel):
     """Body of operator actions: an optional note recorded in the job's history."""
 
@@ -149,6 +196,20 @@ class JobPublic(BaseModel):
     cancel: CancelPublic | None = Field(description="Set once cancellation was requested.")
     replay_of: uuid.UUID | None
     links: JobLinks
+
+
+class JobBatchItemPublic(JobPublic):
+    """One job of a batch: its status, and whether an earlier request made it."""
+
+    replayed: bool = Field(
+        description="true when the item's idempotency key returned an existing job."
+    )
+
+
+class JobBatchPublic(BaseModel):
+    """The jobs of a batch, in request order (``links.self`` is each job's Location)."""
+
+    items: list[JobBatchItemPublic]
 
 
 class JobPage(BaseModel):

@@ -16,6 +16,7 @@ States here are interpolated constants from :mod:`app.lifecycle`, never input.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -214,16 +215,21 @@ SELECT id, wait_on_deadline
    FOR UPDATE SKIP LOCKED
 """)
 
-# idempotency_lock: the in-flight guard of an Idempotency-Key, per owner, held until
-# the creating transaction ends; try-only, so a racing request is answered 409 at once.
-IDEMPOTENCY_LOCK = text("""
-SELECT pg_try_advisory_xact_lock(hashtextextended(CAST(:scope AS text), 0))
+# idempotency_locks: the in-flight guard of each Idempotency-Key, per owner, held until
+# the creating transaction ends; try-only (never waits, so never deadlocks), so a racing
+# request is answered 409 at once. One statement for one key or a batch's keys: false
+# when any of them is held elsewhere (the locks taken meanwhile go with the rollback).
+IDEMPOTENCY_LOCKS = text("""
+SELECT bool_and(pg_try_advisory_xact_lock(hashtextextended(scope, 0)))
+  FROM unnest(CAST(:scopes AS text[])) AS scope
 """)
 
-# remember_idempotency_key: the key row, in the transaction that created its job.
-REMEMBER_IDEMPOTENCY_KEY = text("""
+# remember_idempotency_keys: the key rows, in the transaction that created their jobs.
+REMEMBER_IDEMPOTENCY_KEYS = text("""
 INSERT INTO idempotency_keys (owner, key, fingerprint, job_id)
-VALUES (:owner, :key, :fingerprint, :job_id)
+SELECT CAST(:owner AS text), i.key, i.fingerprint, i.job_id
+  FROM unnest(CAST(:keys AS text[]), CAST(:fingerprints AS text[]), CAST(:job_ids AS uuid[]))
+       AS i(key, fingerprint, job_id)
 """)
 
 # admission_lock: serializes the creations of one owner while an admission cap is
@@ -233,16 +239,24 @@ SELECT pg_advisory_xact_lock(hashtextextended('admission:' || CAST(:owner AS tex
 """)
 
 
-async def try_idempotency_lock(conn: AsyncConnection, owner: str, key: str) -> bool:
-    return bool(await conn.scalar(IDEMPOTENCY_LOCK, {"scope": f"{owner}:{key}"}))
+async def try_idempotency_locks(conn: AsyncConnection, owner: str, keys: Sequence[str]) -> bool:
+    """Take every key's in-flight lock, or report that another request holds one."""
+    scopes = [f"{owner}:{key}" for key in sorted(keys)]
+    return bool(await conn.scalar(IDEMPOTENCY_LOCKS, {"scopes": scopes}))
 
 
-async def remember_idempotency_key(
-    conn: AsyncConnection, owner: str, key: str, *, fingerprint: str, job_id: uuid.UUID
+async def remember_idempotency_keys(
+    conn: AsyncConnection, owner: str, keys: Sequence[tuple[str, str, uuid.UUID]]
 ) -> None:
+    """Store ``(key, fingerprint, job_id)`` rows for the jobs just created."""
     await conn.execute(
-        REMEMBER_IDEMPOTENCY_KEY,
-        {"owner": owner, "key": key, "fingerprint": fingerprint, "job_id": job_id},
+        REMEMBER_IDEMPOTENCY_KEYS,
+        {
+            "owner": owner,
+            "keys": [key for key, _, _ in keys],
+            "fingerprints": [digest for _, digest, _ in keys],
+            "job_ids": [job_id for _, _, job_id in keys],
+        },
     )
 
 

@@ -158,24 +158,27 @@ class SeenKey:
     job: Row[Any] | None
 
 
-async def idempotency_key(
-    conn: AsyncConnection, owner: str, key: str, *, now: ColumnElement[datetime]
-) -> SeenKey | None:
-    """An owner's Idempotency-Key with its job, in one query."""
-    row = (
-        await conn.execute(
-            select(idempotency_keys.c.fingerprint, jobs, now.label("observed_at"))
-            .select_from(
-                idempotency_keys.outerjoin(
-                    jobs, and_(jobs.c.id == idempotency_keys.c.job_id, jobs.c.owner == owner)
-                )
-            )
-            .where(idempotency_keys.c.owner == owner, idempotency_keys.c.key == key)
+async def idempotency_keys_seen(
+    conn: AsyncConnection, owner: str, keys: Sequence[str], *, now: ColumnElement[datetime]
+) -> dict[str, SeenKey]:
+    """An owner's Idempotency-Keys among ``keys``, each with its job, in one query."""
+    rows = await conn.execute(
+        select(
+            idempotency_keys.c.key.label("seen_key"),
+            idempotency_keys.c.fingerprint,
+            jobs,
+            now.label("observed_at"),
         )
-    ).first()
-    if row is None:
-        return None
-    return SeenKey(row.fingerprint, row if row.id is not None else None)
+        .select_from(
+            idempotency_keys.outerjoin(
+                jobs, and_(jobs.c.id == idempotency_keys.c.job_id, jobs.c.owner == owner)
+            )
+        )
+        .where(idempotency_keys.c.owner == owner, idempotency_keys.c.key.in_(list(keys)))
+    )
+    return {
+        row.seen_key: SeenKey(row.fingerprint, row if row.id is not None else None) for row in rows
+    }
 
 
 async def unfinished_jobs(conn: AsyncConnection, owner: str, *, up_to: int) -> int:
@@ -301,7 +304,7 @@ __all__ = [
     "get_job",
     "get_version",
     "history",
-    "idempotency_key",
+    "idempotency_keys_seen",
     "job_deliveries",
     "job_states",
     "list_jobs",

@@ -9,6 +9,11 @@ import sys
 import uuid
 from pathlib import Path
 
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.apikeys import Role, create_key
+from app.db.schema import jobs
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver
 from tests.support import REPO
@@ -76,3 +81,57 @@ async def test_keys_create_then_client_verbs_over_http(
     refused = cli("status", job_id, env=client_env)
     assert refused.returncode == 1
     assert "HTTP 401" in refused.stderr
+
+
+async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
+    live_api: LiveApi, database_url: str, data_dir: Path, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="dora", roles=[Role.CLIENT])
+    env = {"DATABASE_URL": database_url, "ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    lines = [
+        json.dumps({"kind": "atlas.bundle", "input": BUNDLE_INPUT, "idempotency_key": "f-1"}),
+        "",
+        json.dumps({"kind": "atlas.noop", "input": {"tag": "two"}}),
+        json.dumps({"kind": "atlas.noop"}),
+    ]
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_text("\n".join(lines) + "\n")
+    sent = cli("submit", "--from-file", str(jobs_file), "--batch-size", "2", env=env)
+    assert sent.returncode == 0, sent.stderr
+    ids = sent.stdout.split()
+    assert len(ids) == 3
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(jobs.c.id, jobs.c.kind).order_by(jobs.c.seq))
+        assert [(str(r.id), r.kind) for r in rows] == list(
+            zip(ids, ["atlas.bundle", "atlas.noop", "atlas.noop"], strict=True)
+        )
+    again = cli("submit", "--from-file", str(jobs_file), env=env)
+    # The file's key gives the same job; lines without one are new jobs (fresh keys).
+    assert again.stdout.split()[0] == ids[0]
+    assert set(again.stdout.split()[1:]).isdisjoint(ids)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "atlas.noop"}\n{"kind": \n[1]\n{"input": {}}\n')
+    refused = cli("submit", "--from-file", str(bad), env=env)
+    assert refused.returncode == 2
+    assert f"{bad}:2: not valid JSON" in refused.stderr
+    assert f"{bad}:3: not a JSON object" in refused.stderr
+    assert f'{bad}:4: "kind"' in refused.stderr
+    assert f"{bad}:1:" not in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    invalid = tmp_path / "invalid.jsonl"
+    duplicate_pages = {**BUNDLE_INPUT, "pages": ["cover", "cover"]}
+    invalid.write_text(
+        json.dumps({"kind": "atlas.noop"})
+        + "\n"
+        + json.dumps({"kind": "atlas.bundle", "input": duplicate_pages})
+        + "\n"
+    )
+    rejected = cli("submit", "--from-file", str(invalid), env=env)
+    assert rejected.returncode == 1
+    assert f"{invalid}:2: input.pages:" in rejected.stderr
+    assert "Traceback" not in rejected.stderr
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(jobs)) == 5  # all or nothing

@@ -26,7 +26,7 @@ async def test_duplicate_bundle_pages_are_422_naming_the_field(
             headers=keys.a,
         )
         body = assert_problem(response, 422, "invalid-input")
-        assert _locs(body) == ["body.atlas.bundle.input.pages"]
+        assert _locs(body) == ["body.input.pages"]
     listing = await client.get("/v1/jobs", headers=keys.a)
     assert listing.json()["items"] == []
 

@@ -63,6 +63,7 @@ def test_openapi_has_stable_operation_ids_tags_and_problem_answers() -> None:
     }
     assert {
         "jobs-create",
+        "jobs-batch",
         "jobs-get",
         "jobs-list",
         "jobs-cancel",

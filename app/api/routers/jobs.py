@@ -1,4 +1,5 @@
-"""``/v1/jobs``: create, read (with ETag and ``Prefer: wait``), list, cancel, history."""
+"""``/v1/jobs``: create (one, or a batch at ``/v1/jobs:batch``), read (with ETag and
+``Prefer: wait``), list, cancel, history."""
 
 from __future__ import annotations
 
@@ -11,11 +12,26 @@ from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
-from app.api.jobcreation import create_job
+from app.api.jobcreation import create_batch, create_job
 from app.api.longpoll import held_status
-from app.api.reading import answer, answer_row, read_status_once, settle, status_headers
+from app.api.reading import (
+    answer,
+    answer_row,
+    public_statuses,
+    read_status_once,
+    settle,
+    status_headers,
+)
 from app.api.responses import headers, problems
-from app.api.schemas import HistoryPage, JobCreate, JobPage, JobPublic
+from app.api.schemas import (
+    HistoryPage,
+    JobBatchCreate,
+    JobBatchItemPublic,
+    JobBatchPublic,
+    JobCreate,
+    JobPage,
+    JobPublic,
+)
 from app.api.views import etag_matches, history_item, job_path, job_status
 from app.apikeys import Principal, Role
 from app.db import reads
@@ -23,6 +39,8 @@ from app.lifecycle import JobState
 from app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+batch_router = APIRouter(prefix="/v1", tags=["jobs"])
+"""``/v1/jobs:batch`` has no ``/`` after ``jobs``: it never reaches ``/v1/jobs/{job_id}``."""
 
 MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
@@ -90,6 +108,47 @@ async def create(
     else:
         state.metrics.jobs_created.labels(created.job.kind).inc()
     return public
+
+
+@batch_router.post(
+    "/jobs:batch",
+    name="batch",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobBatchPublic,
+    summary="Create many jobs atomically",
+    responses={
+        202: {"description": "Every job accepted and durable, in request order."},
+        **problems(400, 409, 413, 415, 422, 429, 503),
+    },
+)
+async def create_many(
+    body: JobBatchCreate, state: StateDep, principal: CurrentPrincipal
+) -> JobBatchPublic:
+    """Create up to ``ATLAS_BATCH_MAX_JOBS`` jobs (default 100) in one transaction: all
+    of them or none. Each item is validated like ``POST /v1/jobs`` (a 422 names the
+    item: ``body.jobs.3.input.pages``) and may carry its own ``idempotency_key`` with the
+    header's semantics: the same key and body give the existing job (``replayed``:
+    true); a key used with another body is 422 and one held by a request in flight is
+    409, for the whole batch. Admission counts every new job of the batch. Each item's
+    ``links.self`` is its Location."""
+    async with state.engine.begin() as conn:
+        created = await create_batch(
+            conn,
+            state.transitions,
+            principal,
+            body.jobs,
+            request_id=request_id(),
+            settings=state.settings,
+        )
+        publics = await public_statuses(conn, [c.job for c in created])
+    items = [
+        JobBatchItemPublic.model_validate({**dict(public), "replayed": c.replayed})
+        for c, public in zip(created, publics, strict=True)
+    ]
+    for c in created:
+        if not c.replayed:
+            state.metrics.jobs_created.labels(c.job.kind).inc()
+    return JobBatchPublic(items=items)
 
 
 CURSOR_PATTERN = r"^c[0-9]{1,18}$"

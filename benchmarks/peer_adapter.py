@@ -50,7 +50,7 @@ from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
-from app.db.engine import create_engine, libpq_url, normalize_url
+from app.db.engine import create_engine, libpq_url, normalize_url, single_statements
 from app.kinds import KINDS, handler_key
 from app.logs import configure_logging
 from app.settings import Settings
@@ -196,8 +196,11 @@ class Atlas:
         self.settings = settings
         self.spec = KINDS[KIND]
         self.transitions = Transitions(Clock(), lease_seconds=settings.lease_seconds)
-        self.engine: AsyncEngine = create_engine(
-            url, pool_size=2, application_name="atlas-bench-producer"
+        # A program creating jobs through the Python API: creation is ONE statement
+        # (jobs + history rows), atomic on its own, so it runs without BEGIN/COMMIT and
+        # without a pre-ping -- one round trip per call, as PGQueuer's enqueue.
+        self.engine: AsyncEngine = single_statements(
+            create_engine(url, pool_size=2, application_name="atlas-bench-producer", pre_ping=False)
         )
         self.on_job: OnJob = lambda _input: None
 
@@ -213,14 +216,14 @@ class Atlas:
         )
 
     async def enqueue_many(self, seqs: Sequence[int]) -> None:
-        """ONE ``create_many`` statement (jobs + history rows), one transaction."""
+        """ONE ``create_many`` statement (jobs + history rows), atomic on its own."""
         async with self.engine.begin() as conn:
             await self.transitions.create_many(
                 conn, [self.new_job(s) for s in seqs], actor=PRODUCER
             )
 
     async def enqueue_one(self, seq: int) -> None:
-        """``create``: one job, its own transaction and commit."""
+        """``create``: one job, one statement (jobs + history), committed on its own."""
         async with self.engine.begin() as conn:
             await self.transitions.create(conn, self.new_job(seq), actor=PRODUCER)
 

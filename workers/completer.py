@@ -57,6 +57,8 @@ class Completer:
         if not batch:
             return 0
         try:
+            # One statement (history and attempts included): atomic without BEGIN/COMMIT
+            # when the pool hands an autocommit engine (app.db.engine.single_statements).
             async with self.engine.begin() as conn:
                 results = await self.transitions.publish_many(
                     conn,

@@ -47,7 +47,7 @@ class Heartbeat:
             self._last_beat = started
             return
         pairs = [(job_id, ctx.attempt_id) for job_id, ctx in contexts.items()]
-        async with self.engine.begin() as conn:
+        async with self.engine.begin() as conn:  # one statement: autocommit is fine
             states = await self.transitions.heartbeat_many(conn, pairs)
         for job_id, state in states.items():
             ctx = contexts[job_id]

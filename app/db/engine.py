@@ -41,12 +41,19 @@ def create_engine(
     max_overflow: int | None = None,
     application_name: str = "atlas",
     server_settings: dict[str, str] | None = None,
+    pre_ping: bool = True,
 ) -> AsyncEngine:
+    """An asyncpg engine. ``pre_ping`` checks every pooled connection on checkout -- one
+    round trip each time -- so that a request never meets a connection the server has
+    dropped (the API wants this). Workers go without: each of their loops survives a
+    failed statement (the claim loop backs off, the heartbeat beats again, a job's write
+    error becomes a retry or the reaper's rescue), and the first disconnect error
+    invalidates the whole pool, so every later checkout gets a fresh connection."""
     return create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         # SQL parameters hold job input, Idempotency-Keys and key hashes: an error's
         # message (and any traceback that quotes it) must never carry them.
         hide_parameters=True,
@@ -54,6 +61,14 @@ def create_engine(
             "server_settings": {"application_name": application_name, **(server_settings or {})}
         },
     )
+
+
+def single_statements(engine: AsyncEngine) -> AsyncEngine:
+    """The same pool without ``BEGIN``/``COMMIT`` round trips, for work that is ONE
+    statement -- atomic on its own, so a transaction around it only adds two round trips
+    (the claim, a batched publication, a heartbeat). Never for several statements that
+    must commit together."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 WORKER_SESSION_SETTINGS: dict[str, str] = {

@@ -3,6 +3,7 @@ Retry-After and a problem body; an idempotent replay is never refused."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -115,3 +116,17 @@ async def test_admission_answers_over_real_http(
             assert (await http.post("/v1/jobs", json=BUNDLE)).status_code == 202
             refused = await http.post("/v1/jobs", json=BUNDLE)
             assert_refused(refused, 429, "too-many-active-jobs")
+
+
+async def test_concurrent_creations_never_overshoot_the_owner_cap(
+    limited: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """Issue 8, finding 7: count-then-insert without a lock let concurrent creations all
+    see room for one more. Under the owner's admission lock exactly the cap gets in."""
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="racer", roles=[Role.CLIENT])
+    answers = await asyncio.gather(
+        *(limited.post("/v1/jobs", json=BUNDLE, headers=Keys.header(key)) for _ in range(12))
+    )
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [202, 202] + [429] * 10, codes

@@ -283,8 +283,11 @@ def _conditions(spec: Transition) -> list[str]:
 
 
 @cache
-def statement(name: TransitionName) -> TextClause:
-    """The batched statement of one transition, generated from its declaration."""
+def statement(name: TransitionName, *, full_rows: bool = True) -> TextClause:
+    """The batched statement of one transition, generated from its declaration.
+
+    ``full_rows=False`` answers only what a batch caller needs (id, state, version, the
+    source state and the attempt): the client then decodes no ``jsonb`` column per job."""
     spec = TRANSITIONS[name]
     columns = ", ".join(f"CAST(:p_{field_name} AS {kind}[])" for field_name, kind in _INPUT_FIELDS)
     aliases = ", ".join(field_name for field_name, _ in _INPUT_FIELDS)
@@ -336,7 +339,11 @@ WITH input AS (
            moved_attempt_id, step_event_id, step_note, step_data
       FROM moved
 )""")
-    parts.append("\nSELECT * FROM moved")
+    parts.append(
+        "\nSELECT * FROM moved"
+        if full_rows
+        else "\nSELECT id, state, version, moved_from, moved_attempt_id, observed_at FROM moved"
+    )
     return text("".join(parts))
 
 
@@ -380,13 +387,16 @@ class Executor:
         actor: Actor,
         owner: str | None = None,
         explain_refusals: bool = True,
+        full_rows: bool = True,
     ) -> list[MoveResult]:
         """Apply ``spec`` to every step in ONE statement; one result per step, in order.
 
         ``owner`` scopes the move to one owner's jobs (another owner's job is "not
         found"). ``explain_refusals=False`` skips the refusal read (a batch caller that
         only needs to know which jobs moved); refused steps then come back as
-        ``Rejected(..., STALE_ATTEMPT)`` without a current state."""
+        ``Rejected(..., STALE_ATTEMPT)`` without a current state. ``full_rows=False``:
+        an ``Applied``'s row carries only id, state, version, ``moved_from``,
+        ``moved_attempt_id`` and ``observed_at``."""
         if not steps:
             return []
         check_actor(spec, actor)
@@ -397,7 +407,7 @@ class Executor:
             ):
                 raise ValueError(f"{spec.name}: reason {step.reason} fits none of its targets")
         rows = await conn.execute(
-            statement(spec.name),
+            statement(spec.name, full_rows=full_rows),
             {
                 **_params(steps),
                 **self.clock.bind(),

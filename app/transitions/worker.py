@@ -79,7 +79,11 @@ class WorkerMoves(Service):
         try again on the next beat."""
         steps = [Step(job_id, attempt_id=attempt_id) for job_id, attempt_id in held]
         results = await self.executor.apply(
-            conn, TRANSITIONS[_N.HEARTBEAT], steps, actor=Actor("worker", "heartbeat")
+            conn,
+            TRANSITIONS[_N.HEARTBEAT],
+            steps,
+            actor=Actor("worker", "heartbeat"),
+            full_rows=False,
         )
 
         def attempt_of(step: Step) -> uuid.UUID:
@@ -449,7 +453,9 @@ class WorkerMoves(Service):
     ) -> list[MoveResult]:
         """:meth:`publish` for many ``(job_id, attempt_id)`` in one statement (history and
         attempts included): the group commit of results without files. A concurrent
-        cancel on one of the rows is waited for, in id order, and then loses."""
+        cancel on one of the rows is waited for, in id order, and then loses.
+        ``explain_refusals=False`` (the completer): refusals are not classified and an
+        ``Applied`` carries only the row's id, state and version."""
         steps = [
             Step(job_id, attempt_id=attempt_id, result_ref=result_ref, seconds=ttl_seconds)
             for job_id, attempt_id in held
@@ -460,4 +466,6 @@ class WorkerMoves(Service):
             steps,
             actor=actor,
             explain_refusals=explain_refusals,
+            # A group commit only needs to know which jobs moved.
+            full_rows=explain_refusals,
         )

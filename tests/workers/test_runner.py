@@ -9,17 +9,19 @@ directly, and time moves with the test clock instead of sleeping.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
 from app.lifecycle import AttemptOutcome, DeliveryState
-from app.transitions import Applied
+from app.transitions import Applied, NewJob
 from tests.factory import CLIENT
 from tests.workers.inprocess import KEY, Harness, bounded, running
 from workers.completer import Completer
 from workers.context import JobContext
 from workers.errors import PermanentError, RecoverableError
+from workers.handlers import registry
 from workers.handlers.base import NO_FILES, PublishPlan
 from workers.heartbeat import Heartbeat
 
@@ -127,9 +129,11 @@ async def test_recoverable_error_with_budget_left_retries_later(
     assert (attempt.outcome, attempt.charged, attempt.error["code"]) == ("retry", 1, code)
     assert (await harness.moves(job_id))[-1] == ("retry_later", "running", "queued")
 
-    # Not claimable before available_at; claimable after it, as attempt 2.
+    # Not claimable before available_at (however small the jitter drew the delay, a
+    # clock set back before it says so); claimable after it, as attempt 2.
+    harness.clock.advance(-5)
     assert await harness.claim_all(runner, limit=1) == []
-    harness.clock.advance(1.01)
+    harness.clock.advance(5 + 1.01)
     again = await harness.claim(runner)
     assert (again.job_id, again.attempt) == (job_id, 2)
 
@@ -392,3 +396,49 @@ async def test_a_partial_package_handed_to_publication_fails_as_an_illegal_move(
     assert (await harness.moves(job_id))[-1] == ("fail", "running", "failed")
     assert harness.store.published_path("alice", job_id, "half.txt") is None
     assert not harness.store.has_staged(job_id, "half.txt")
+
+
+async def test_a_bundle_killed_between_its_publication_rename_and_commit_is_published_later(
+    harness: Harness,
+) -> None:
+    """Chaos (kill -9 storm) found it: a worker killed after moving the staged files into
+    the owner's area but before the publication committed left a job whose units are
+    checkpointed but whose staged files are gone. The next attempt rebuilds them -- without
+    asking delivery to go back from ``staged_private`` to ``partial_private`` (refused,
+    which failed the job as ``illegal_move``) -- and publishes."""
+    harness = dataclasses.replace(
+        harness, settings=harness.settings.model_copy(update={"bundle_time_scale": 0.0})
+    )
+    key = "atlas.bundle@1"
+    bundle = registry()[key]
+    async with harness.engine.begin() as conn:
+        created = await harness.transitions.create(
+            conn,
+            NewJob(
+                owner="alice",
+                kind="atlas.bundle",
+                kind_version=1,
+                input={
+                    "preset": "coast",
+                    "pages": ["cover", "summary"],
+                    "format": "text-bundle-v1",
+                },
+                max_attempts=3,
+                max_elapsed_seconds=3600,
+            ),
+            actor=CLIENT,
+        )
+    job_id = created.job.id
+    runner = harness.runner({key: bundle})
+    first = await harness.claim(runner)
+    await bounded(bundle(first))  # built and packaged: the package is staged
+    assert (await harness.row(job_id)).delivery_state == "staged_private"
+    harness.store.publish("alice", job_id)  # the rename; the process dies before the commit
+
+    second = await harness.steal(job_id, runner, worker_id="w-next")
+    assert await bounded(runner.run(second)) == AttemptOutcome.SUCCEEDED
+    row = await harness.row(job_id)
+    assert (row.state, row.delivery_state) == ("succeeded", "available")
+    names = {f["name"] for f in row.result_ref["files"]}
+    assert {"bundle.zip", "manifest.json", "cover-title.txt"} <= names
+    assert harness.store.published_path("alice", job_id, "bundle.zip") is not None

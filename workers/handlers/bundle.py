@@ -66,13 +66,20 @@ async def run(ctx: JobContext) -> PublishPlan:
             await ctx.safe_point()
             await ctx.expand_plan("build", len(plan.full))
         name = tile_file(tile)
-        if ctx.done("build", tile) and await ctx.has_file(name):
+        checkpointed = ctx.done("build", tile)
+        if checkpointed and await ctx.has_file(name):
             continue
         await ctx.safe_point()
         await ctx.sleep(preset.tile_cost * scale)
         _simulate_failures(ctx, preset, tile, spec)
         await ctx.write_file(name, tile_text(ctx, spec, tile))
-        await ctx.checkpoint("build", tile, delivery=DeliveryState.PARTIAL_PRIVATE)
+        # A checkpointed tile whose file is gone (an earlier attempt's publication moved
+        # the staged files, then died before its commit) is rebuilt byte-identical; its
+        # checkpoint already moved delivery (to partial, perhaps on to staged), and asking
+        # for partial again would be a move backwards, which the lifecycle refuses.
+        await ctx.checkpoint(
+            "build", tile, delivery=None if checkpointed else DeliveryState.PARTIAL_PRIVATE
+        )
 
     await ctx.enter_stage("package")
     files = [tile_file(t) for t in plan.full]

@@ -50,7 +50,7 @@ chaos: $(STAMP) ## Fault scenarios on real processes, one table (CHAOS=short for
 
 audit: $(STAMP) ## pip-audit (needs the package index) and bandit over app/ and workers/
 	$(BIN)/pip-audit --skip-editable
-	$(BIN)/bandit -r app workers -q
+	$(BIN)/bandit -c pyproject.toml -r app workers -q
 
 openapi: $(STAMP) ## Regenerate the committed OpenAPI spec from the app
 	$(BIN)/atlas-jobs openapi --output openapi/openapi.json

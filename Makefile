@@ -6,9 +6,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+CHAOS ?= full
+CHAOS_ONLY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg15 lint format openapi clean
+.PHONY: help install run test test-pg15 lint format openapi chaos audit clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +44,13 @@ lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, OpenAP
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+chaos: $(STAMP) ## Fault scenarios on real processes, one table (CHAOS=short for the CI size)
+	$(BIN)/python -m chaos.run --config $(CHAOS) $(if $(CHAOS_ONLY),--only $(CHAOS_ONLY))
+
+audit: $(STAMP) ## pip-audit (needs the package index) and bandit over app/ and workers/
+	$(BIN)/pip-audit --skip-editable
+	$(BIN)/bandit -c pyproject.toml -r app workers -q
 
 openapi: $(STAMP) ## Regenerate the committed OpenAPI spec from the app
 	$(BIN)/atlas-jobs openapi --output openapi/openapi.json

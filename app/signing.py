@@ -22,7 +22,7 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from app.settings import Settings
 
 _SALT = "atlas-jobs.download.v1"
-SECRET_FILE_NAME = "signing-secret"  # noqa: S105 - a file name, not a secret
+SECRET_FILE_NAME = "signing-secret"  # noqa: S105 - a file name, not a secret # nosec B105
 
 
 class InvalidDownloadTokenError(Exception):

@@ -229,6 +229,53 @@ class NotReadyError(ApiError):
     status, slug, title = 503, "not-ready", "The service is not ready"
 
 
+DATABASE_RETRY_AFTER_SECONDS = 2
+
+
+class DatabaseUnavailableError(ApiError):
+    """The database refused or dropped the connection (stopped, restarting, in
+    recovery) or no pooled connection came free in time: nothing was committed for
+    this request, so repeating it later is safe (creation is idempotent by key)."""
+
+    status, slug, title = (
+        503,
+        "database-unavailable",
+        "The database is unavailable; try again later",
+    )
+
+    def __init__(self, retry_after: int = DATABASE_RETRY_AFTER_SECONDS) -> None:
+        super().__init__(headers={"Retry-After": str(retry_after)})
+
+
+# SQLSTATE classes and codes that mean "the server is not there for us right now":
+# 08 connection exception; 57P01 admin_shutdown, 57P02 crash_shutdown,
+# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections.
+_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached (as opposed to a bug or a
+    query the database refused): a refused or reset connection, a connection the
+    server closed, a connection-class SQLSTATE, or the pool's wait timing out."""
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+    if isinstance(exc, PoolTimeoutError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        original = exc.orig
+        cause = getattr(original, "__cause__", None) or original
+        if isinstance(cause, ConnectionError | TimeoutError):
+            return True
+        sqlstate = str(getattr(cause, "sqlstate", None) or getattr(original, "pgcode", "") or "")
+        if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
+            return True
+        return type(cause).__name__ == "ConnectionDoesNotExistError"
+    return type(exc).__name__ in {"ConnectionDoesNotExistError", "CannotConnectNowError"}
+
+
 def problem_body(error: ApiError) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": error.type_uri(),
@@ -359,6 +406,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         context = dict(request.scope.get(LOG_CONTEXT_KEY) or {})
+        if database_unavailable(exc):  # an outage, not a bug: 503 + Retry-After
+            log.warning("database_unavailable", **{**context, **unexpected_error_fields(exc)})
+            return problem_response(DatabaseUnavailableError())
         log.error("unhandled_error", **{**context, **unexpected_error_fields(exc)})
         return problem_response(ApiError())
 

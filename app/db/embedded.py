@@ -53,7 +53,7 @@ with warnings.catch_warnings():
 SERVICE_USER = "embedded_postgres"
 SUPERUSER = "postgres"
 DEFAULT_DATABASE = "atlas"
-PASSWORD_FILE = "pg-superuser.password"  # noqa: S105 - a file name, not a password
+PASSWORD_FILE = "pg-superuser.password"  # noqa: S105 - a file name, not a password # nosec B105
 AUTH_METHOD = "scram-sha-256"
 PG_HBA = f"""\
 # Written by Atlas Jobs (app/db/embedded.py): password (SCRAM) authentication for every

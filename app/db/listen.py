@@ -56,7 +56,7 @@ class Backoff:
 
     def delay(self, failures: int) -> float:
         bound = self.bound(failures)
-        return bound / 2 + random.uniform(0, bound / 2)  # noqa: S311 -- jitter, not a secret
+        return bound / 2 + random.uniform(0, bound / 2)  # noqa: S311 - jitter, not a secret # nosec B311
 
 
 DEFAULT_BACKOFF = Backoff()

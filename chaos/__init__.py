@@ -1,0 +1,5 @@
+"""``make chaos``: fault scenarios against real API and worker processes (issue 8).
+
+:mod:`chaos.cluster` starts and stops the processes, :mod:`chaos.scenarios` holds the
+scenarios and their pass criteria, :mod:`chaos.run` prints the table.
+"""

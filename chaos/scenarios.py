@@ -1,0 +1,682 @@
+"""The chaos scenarios (issue 8), each with its pass criteria.
+
+A scenario gets a fresh :class:`~chaos.cluster.Cluster` (its own database on the run's
+embedded PostgreSQL), starts the processes it needs, injects its fault, waits (bounded)
+for the jobs it got a 202 for to settle, and returns a :class:`Row`: the table's figures
+and the named checks that decide its verdict. Every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.apikeys import Role
+from app.clock import Clock
+from app.lifecycle import Reason
+from app.transitions import Actor, NewJob, Transitions
+from chaos.cluster import (
+    TERMINAL,
+    Cluster,
+    Figures,
+    Tally,
+    Timing,
+    bundle_body,
+    client,
+    noop_body,
+    post_batch,
+    post_job,
+)
+from chaos.poison_worker import KILL_TAG, RAISE_TAG
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes and durations of one configuration (``short`` for CI, ``full``)."""
+
+    name: str
+    outage_load_seconds: float  # scenario 1: load before and after the outage
+    outage_seconds: float
+    storm_jobs: int
+    storm_seconds: float
+    storm_workers: int
+    storm_kill_every: float
+    listener_jobs: int
+    poison_bystanders: int
+    duplicate_fanout: int  # concurrent copies of each create / cancel / review
+    duplicate_subjects: int
+    watchers_per_key: int
+    watch_keys: int
+
+
+SHORT = Config(
+    name="short",
+    outage_load_seconds=4,
+    outage_seconds=4,
+    storm_jobs=1_000,
+    storm_seconds=45,
+    storm_workers=3,
+    storm_kill_every=3,
+    listener_jobs=12,
+    poison_bystanders=60,
+    duplicate_fanout=20,
+    duplicate_subjects=5,
+    watchers_per_key=60,
+    watch_keys=3,
+)
+FULL = Config(
+    name="full",
+    outage_load_seconds=10,
+    outage_seconds=12,
+    storm_jobs=10_000,
+    storm_seconds=240,
+    storm_workers=4,
+    storm_kill_every=4,
+    listener_jobs=30,
+    poison_bystanders=300,
+    duplicate_fanout=50,
+    duplicate_subjects=10,
+    watchers_per_key=150,
+    watch_keys=4,
+)
+CONFIGS = {c.name: c for c in (SHORT, FULL)}
+
+
+@dataclass
+class Row:
+    scenario: str
+    figures: Figures = field(default_factory=Figures)
+    checks: list[tuple[str, bool]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def check(self, what: str, ok: bool) -> None:
+        self.checks.append((what, bool(ok)))
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(ok for _, ok in self.checks)
+
+    def standard_checks(self, rescue_bound: float | None = None) -> None:
+        f = self.figures
+        self.check("0 accepted jobs lost or unsettled", f.lost == 0)
+        self.check("0 published twice", f.published_twice == 0)
+        self.check("no 5xx other than 503 + Retry-After", f.bad_5xx == 0)
+        if rescue_bound is not None and f.max_rescue_seconds is not None:
+            self.check(f"rescue within {rescue_bound:.1f} s", f.max_rescue_seconds <= rescue_bound)
+
+
+Scenario = Callable[[Cluster, Config, Row], Awaitable[None]]
+RESCUE_SLACK_SECONDS = 3.0
+
+
+def rescue_bound(timing: Timing) -> float:
+    """A lost lease must be rescued within a reaper interval (plus slack for a busy
+    machine) of its expiry: ``attempts.ended_at - attempts.lease_expires_at``."""
+    return timing.reaper_interval_seconds + RESCUE_SLACK_SECONDS
+
+
+def live_lease_losses(cluster: Cluster) -> int:
+    return cluster.worker_logs().count("lease.lost_while_alive")
+
+
+# -- 1. PostgreSQL stopped (immediate) under load ----------------------------------------
+
+
+async def pg_stop(cluster: Cluster, config: Config, row: Row) -> None:
+    """``pg_ctl stop -m immediate`` while clients POST and workers drain, then restart."""
+    key = await cluster.key("outage")
+    await cluster.start_api()
+    for n in range(2):
+        cluster.start_worker(f"w{n}", concurrency=4)
+    accepted: list[str] = []
+    phases = {p: Tally() for p in ("before", "outage", "after")}
+    phase = "before"
+    stop = asyncio.Event()
+    outage_timeouts = 0
+
+    async def load(http: httpx.AsyncClient) -> None:
+        nonlocal outage_timeouts
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            current = phase
+            try:
+                job = await post_job(http, bundle_body(), phases[current])
+            except Exception:
+                job = None
+            if job:
+                accepted.append(job)
+            if phases[current].errors.get("ReadTimeout") and current == "outage":
+                outage_timeouts = phases[current].errors["ReadTimeout"]
+            await asyncio.sleep(0.05 if current != "outage" else 0.2)
+
+    async with client(cluster.api_url, key, timeout=10) as http:
+        clients = [asyncio.create_task(load(http)) for _ in range(4)]
+        try:
+            await asyncio.sleep(config.outage_load_seconds)
+            phase = "outage"
+            await asyncio.to_thread(cluster.server.stop_immediate)
+            await asyncio.sleep(config.outage_seconds)
+            ready_during = (await http.get("/readyz")).status_code
+            await asyncio.to_thread(cluster.server.start_again)
+            restarted = time.monotonic()
+            phase = "after"
+            recovered_after = None
+            for _ in range(600):
+                if phases["after"].statuses.get(202):
+                    recovered_after = time.monotonic() - restarted
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(config.outage_load_seconds)
+        finally:
+            stop.set()
+            await asyncio.gather(*clients, return_exceptions=True)
+        ready_after = (await http.get("/readyz")).status_code
+
+    states = await cluster.settle(accepted, within=60)
+    total = Tally()
+    for tally in phases.values():
+        total.merge(tally)
+    row.figures = await cluster.figures(accepted, total)
+    stuck = await cluster.scalar(
+        "SELECT count(*) FROM jobs WHERE state IN ('running', 'cancel_requested')"
+        " AND lease_expires_at < now()"
+    )
+    outage = phases["outage"]
+    # A lease that expired during the outage can only be rescued once the database is back.
+    row.standard_checks(rescue_bound(cluster.timing) + config.outage_seconds)
+    row.check("during the outage: only 503 + Retry-After or no answer", outage.bad_5xx == 0)
+    row.check("during the outage: 503 carried Retry-After", outage.shed_without_retry_after == 0)
+    row.check("during the outage: some answers were 503 + Retry-After", outage.shed > 0)
+    row.check("/readyz said 503 during the outage", ready_during == 503)
+    row.check("recovered alone: a 202 after the restart", recovered_after is not None)
+    row.check("/readyz 200 after the restart", ready_after == 200)
+    row.check("no job stuck running past its lease", stuck == 0)
+    row.check("every accepted job succeeded", all(s == "succeeded" for s in states.values()))
+    row.check("no process died", all(p.alive() for p in cluster.procs))
+    row.notes.append(
+        f"outage {outage.describe()}; first 202 {recovered_after or -1:.1f} s after restart;"
+        f" outage timeouts {outage_timeouts}"
+    )
+
+
+# -- 2. kill -9 storm ------------------------------------------------------------------
+
+
+async def kill_storm(cluster: Cluster, config: Config, row: Row) -> None:
+    """Workers are ``kill -9``'d (one holding jobs, at random) and restarted while jobs
+    flow in; every job must end exactly once."""
+    key = await cluster.key("storm")
+    await cluster.start_api()
+    live = {
+        f"w{n}": cluster.start_worker(f"w{n}", concurrency=8) for n in range(config.storm_workers)
+    }
+    accepted: list[str] = []
+    tally = Tally()
+    kills = 0
+    stop = asyncio.Event()
+    rng = random.Random(8)  # noqa: S311 - chaos, not cryptography
+
+    async def produce(http: httpx.AsyncClient) -> None:
+        batches = max(1, config.storm_jobs // 50)
+        pause = config.storm_seconds / batches
+        started = time.monotonic()
+        for n in range(batches):
+            bodies = [
+                bundle_body() if (n + i) % 2 == 0 else noop_body(f"storm-{n}-{i}")
+                for i in range(50)
+            ]
+            for _ in range(20):  # a 429/503 is retried with a new batch key set
+                ids = await post_batch(http, bodies, tally)
+                if ids:
+                    accepted.extend(ids)
+                    break
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(max(0.0, started + (n + 1) * pause - time.monotonic()))
+
+    async def killer() -> None:
+        nonlocal kills
+        for generation in range(10_000):
+            await asyncio.sleep(config.storm_kill_every)
+            if stop.is_set():
+                return
+            holders = await cluster.scalar(
+                "SELECT array_agg(DISTINCT worker_id) FROM jobs WHERE state = 'running'"
+            )
+            names = [n for n in (holders or []) if n in live and live[n].alive()]
+            if not names:
+                continue
+            victim = rng.choice(names)
+            await asyncio.to_thread(live.pop(victim).kill9)
+            kills += 1
+            fresh = f"w{generation}-r{kills}"
+            live[fresh] = cluster.start_worker(fresh, concurrency=8)
+
+    async with client(cluster.api_url, key, timeout=30) as http:
+        killing = asyncio.create_task(killer())
+        try:
+            await produce(http)
+        finally:
+            stop.set()
+            await asyncio.gather(killing, return_exceptions=True)
+    states = await cluster.settle(accepted, within=180)
+    row.figures = await cluster.figures(accepted, tally)
+    rescued = await cluster.scalar("SELECT count(*) FROM attempts WHERE outcome = 'lost'")
+    row.standard_checks(rescue_bound(cluster.timing))
+    row.check(f"accepted >= {config.storm_jobs}", row.figures.accepted >= config.storm_jobs)
+    want = max(5, int(config.storm_seconds / config.storm_kill_every / 3))
+    row.check(f"at least {want} workers killed while holding jobs", kills >= want)
+    row.check("every accepted job succeeded", all(s == "succeeded" for s in states.values()))
+    row.notes.append(
+        f"{kills} kill -9, {rescued} attempts rescued, live-worker lease losses"
+        f" {live_lease_losses(cluster)}, answers {tally.describe()}"
+    )
+
+
+# -- 5. the LISTEN connection killed -----------------------------------------------------
+
+
+async def listener_killed(cluster: Cluster, config: Config, row: Row) -> None:
+    """The workers' LISTEN connections are terminated again and again; jobs must still
+    be claimed within the polling interval."""
+    key = await cluster.key("listen")
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    terminated = 0
+    stop = asyncio.Event()
+
+    async def terminate_listeners() -> None:
+        nonlocal terminated
+        conn = await cluster.db()
+        try:
+            for _ in range(10_000):
+                if stop.is_set():
+                    return
+                terminated += await conn.fetchval(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM"
+                    " pg_stat_activity WHERE application_name = 'atlas-listener') AS t"
+                )
+                await asyncio.sleep(0.1)
+        finally:
+            await conn.close()
+
+    async with client(cluster.api_url, key) as http:
+        await asyncio.sleep(2)  # the worker is up and listening
+        killing = asyncio.create_task(terminate_listeners())
+        try:
+            await asyncio.sleep(0.5)
+            for n in range(config.listener_jobs):
+                job = await post_job(http, noop_body(f"listen-{n}"), tally)
+                if job:
+                    accepted.append(job)
+                await asyncio.sleep(0.37)
+        finally:
+            stop.set()
+            await asyncio.gather(killing, return_exceptions=True)
+    await cluster.settle(accepted, within=30)
+    row.figures = await cluster.figures(accepted, tally)
+    conn = await cluster.db()
+    try:
+        pickups = [
+            float(r["pickup"])
+            for r in await conn.fetch(
+                "SELECT extract(epoch FROM min(a.claimed_at) - j.created_at) AS pickup"
+                " FROM jobs j JOIN attempts a ON a.job_id = j.id"
+                " WHERE j.id = ANY($1::uuid[]) GROUP BY j.id, j.created_at",
+                accepted,
+            )
+        ]
+    finally:
+        await conn.close()
+    bound = cluster.timing.poll_interval_seconds + 1.0
+    worst = max(pickups, default=float("inf"))
+    row.standard_checks()
+    row.check("the LISTEN connection was terminated", terminated >= 3)
+    row.check(f"every job claimed within poll interval + 1 s ({bound:.1f} s)", worst <= bound)
+    row.check("every job was claimed", len(pickups) == len(accepted) > 0)
+    row.check("the worker survived", all(p.alive() for p in cluster.procs))
+    row.notes.append(
+        f"{terminated} LISTEN backends terminated; create->claim max {worst:.2f} s,"
+        f" median {statistics.median(pickups) if pickups else -1:.2f} s"
+    )
+
+
+# -- 8. a poison job ---------------------------------------------------------------------
+
+
+async def poison(cluster: Cluster, config: Config, row: Row) -> None:
+    """One job that always raises, one that always kills its worker: both end
+    ``unresolved`` after their budget while the other jobs complete."""
+    key = await cluster.key("poison")
+    await cluster.start_api()
+    live = [
+        cluster.start_worker(f"p{n}", concurrency=4, module="chaos.poison_worker") for n in range(2)
+    ]
+    tally = Tally()
+    restarts = 0
+    stop = asyncio.Event()
+
+    async def supervise() -> None:
+        nonlocal restarts
+        for _ in range(10_000):
+            if stop.is_set():
+                return
+            for i, proc in enumerate(live):
+                if not proc.alive():
+                    restarts += 1
+                    live[i] = cluster.start_worker(
+                        f"p{i}-r{restarts}", concurrency=4, module="chaos.poison_worker"
+                    )
+            await asyncio.sleep(0.2)
+
+    async with client(cluster.api_url, key) as http:
+        supervisor = asyncio.create_task(supervise())
+        try:
+            poison_ids = [
+                j
+                for j in [
+                    await post_job(http, noop_body(RAISE_TAG), tally),
+                    await post_job(http, noop_body(KILL_TAG), tally),
+                ]
+                if j
+            ]
+            others: list[str] = []
+            for n in range(config.poison_bystanders):
+                job = await post_job(
+                    http, bundle_body() if n % 2 else noop_body(f"bystander-{n}"), tally
+                )
+                if job:
+                    others.append(job)
+                await asyncio.sleep(0.05)
+            poison_states = await cluster.settle(
+                poison_ids, within=90, done=frozenset({"unresolved"})
+            )
+            other_states = await cluster.settle(others, within=90)
+        finally:
+            stop.set()
+            await asyncio.gather(supervisor, return_exceptions=True)
+    row.figures = await cluster.figures(
+        [*poison_ids, *others], tally, done=TERMINAL | {"unresolved"}
+    )
+    attempts = await cluster.scalar(
+        "SELECT array_agg(attempt ORDER BY id) FROM jobs WHERE id = ANY($1::uuid[])", poison_ids
+    )
+    row.standard_checks(rescue_bound(cluster.timing))
+    row.check("both poison jobs accepted", len(poison_ids) == 2)
+    row.check(
+        "poison jobs unresolved",
+        all(poison_states.get(j) == "unresolved" for j in poison_ids),
+    )
+    row.check(
+        "every other job succeeded",
+        len(other_states) == len(others) and all(s == "succeeded" for s in other_states.values()),
+    )
+    row.check("the kill poison killed its worker (restarted)", restarts >= 1)
+    row.notes.append(f"poison attempts {attempts}; {restarts} worker restarts")
+
+
+# -- 9. duplicate delivery ---------------------------------------------------------------
+
+
+async def duplicates(cluster: Cluster, config: Config, row: Row) -> None:
+    """The same creates, cancels and review decisions, many copies at once: each is
+    recorded once. No worker runs, so created jobs stay ``queued`` for the cancels."""
+    creator = await cluster.key("dup-create")
+    canceler = await cluster.key("dup-cancel")
+    reviewer = await cluster.key("dup-review", roles=(Role.CLIENT, Role.REVIEWER))
+    await cluster.start_api()
+    tally = Tally()
+    fan = config.duplicate_fanout
+    ok = True
+    accepted: set[str] = set()
+
+    async def send(
+        http: httpx.AsyncClient, method: str, path: str, **kw: Any
+    ) -> httpx.Response | None:
+        try:
+            response = await http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            tally.error(exc)
+            return None
+        tally.record(response)
+        return response
+
+    # Creates: one job per Idempotency-Key, whatever the number of copies.
+    async with client(cluster.api_url, creator, connections=fan) as http:
+        for n in range(config.duplicate_subjects):
+            idem = f"dup-{n}-{uuid.uuid4().hex}"
+            answers = await asyncio.gather(
+                *(
+                    send(
+                        http,
+                        "POST",
+                        "/v1/jobs",
+                        json=noop_body(f"dup-{n}"),
+                        headers={"Idempotency-Key": idem},
+                    )
+                    for _ in range(fan)
+                )
+            )
+            ids = {a.json()["id"] for a in answers if a is not None and a.status_code == 202}
+            statuses = {a.status_code for a in answers if a is not None}
+            ok &= len(ids) == 1 and statuses <= {202, 409}
+            accepted |= ids
+    created = await cluster.scalar("SELECT count(*) FROM jobs WHERE owner = 'dup-create'")
+    row.check("creates: one job per Idempotency-Key, answers 202/409 only", ok)
+    row.check("creates: the database holds one job per key", created == config.duplicate_subjects)
+
+    # Cancels: one transition to canceled; the repeats recorded once, with a count.
+    cancel_ok = True
+    counts: list[int] = []
+    async with client(cluster.api_url, canceler, connections=fan) as http:
+        for n in range(config.duplicate_subjects):
+            job = await post_job(http, noop_body(f"cancel-{n}"), tally)
+            if job is None:
+                cancel_ok = False
+                continue
+            accepted.add(job)
+            answers = await asyncio.gather(
+                *(send(http, "POST", f"/v1/jobs/{job}/cancel") for _ in range(fan))
+            )
+            cancel_ok &= all(a is not None and a.status_code == 202 for a in answers)
+            history = (await http.get(f"/v1/jobs/{job}/history")).json()["items"]
+            into_canceled = [
+                h for h in history if h["to"] == "canceled" and h["from"] != "canceled"
+            ]
+            repeats = [h for h in history if h["from"] == "canceled"]
+            cancel_ok &= len(into_canceled) == 1 and len(repeats) <= 1
+            counts.append(sum(h["count"] for h in repeats))
+            cancel_ok &= counts[-1] == fan - 1  # every repeat counted, none recorded twice
+    row.check("cancels: 202 to every copy, one transition, repeats in one counted row", cancel_ok)
+
+    # Review decisions on jobs waiting for review (put there by the real transitions).
+    review_ok = True
+    waiting = await _waiting_for_review(cluster, "dup-review", config.duplicate_subjects)
+    accepted |= set(waiting)
+    async with client(cluster.api_url, reviewer, connections=fan) as http:
+        for job in waiting:
+            answers = await asyncio.gather(
+                *(
+                    send(
+                        http,
+                        "POST",
+                        f"/v1/jobs/{job}/review",
+                        json={"decision": "approve" if i % 2 else "reject"},
+                    )
+                    for i in range(fan)
+                )
+            )
+            codes = [a.status_code for a in answers if a is not None]
+            review_ok &= codes.count(202) == 1 and all(c in (202, 409) for c in codes)
+            history = (await http.get(f"/v1/jobs/{job}/history")).json()["items"]
+            review_ok &= sum(1 for h in history if h["from"] == "waiting") == 1
+    row.check("reviews: exactly one decision accepted (202), the others 409", review_ok)
+
+    final = await cluster.states(accepted)
+    row.figures = await cluster.figures(
+        accepted, tally, done=frozenset({"queued", "canceled", "failed"})
+    )
+    row.standard_checks()
+    row.notes.append(
+        f"{fan} copies each; repeat-cancel counts {counts}; states"
+        f" {sorted(set(final.values()))}; answers {tally.describe()}"
+    )
+
+
+async def _waiting_for_review(cluster: Cluster, owner: str, count: int) -> list[str]:
+    return await _made_jobs(cluster, owner, count, waiting=True)
+
+
+async def _made_jobs(cluster: Cluster, owner: str, count: int, *, waiting: bool) -> list[str]:
+    """Jobs of a kind no worker runs, through the real transitions: ``queued`` (they
+    stay so), or ``waiting`` for review (no kind in the registry has a review gate yet:
+    create, claim, wait)."""
+    engine = create_async_engine(cluster.database_url)
+    t = Transitions(Clock(), lease_seconds=cluster.timing.lease_seconds)
+    actor = Actor("worker", "chaos-review-gate")
+    made: list[str] = []
+    try:
+        for n in range(count):
+            kind = f"chaos.parked{n}"
+            async with engine.begin() as conn:
+                created = await t.create(
+                    conn,
+                    NewJob(owner, kind, 1, {}, max_attempts=3, max_elapsed_seconds=3600),
+                    actor=Actor("client", owner),
+                )
+                if waiting:
+                    [claimed] = await t.claim(
+                        conn, worker_id=actor.name, handlers=[f"{kind}@1"], limit=1
+                    )
+                    await t.wait(
+                        conn,
+                        created.job.id,
+                        claimed.current_attempt_id,
+                        reason=Reason.REVIEW,
+                        deadline_seconds=3600,
+                        on_deadline="fail",
+                        actor=actor,
+                    )
+            made.append(str(created.job.id))
+    finally:
+        await engine.dispose()
+    return made
+
+
+# -- 6. pool exhaustion: many long-polls and event streams -------------------------------
+
+
+async def pool_exhaustion(cluster: Cluster, config: Config, row: Row) -> None:
+    """Many concurrent long-polls and event streams from several keys beside steady
+    work: the API sheds with 429/503 + Retry-After, never 500; a steady client is still
+    served; live workers lose no lease."""
+    per_key, total = 40, 100
+    cluster.extra_env.update(
+        {"ATLAS_WATCH_MAX_PER_KEY": str(per_key), "ATLAS_WATCH_MAX_TOTAL": str(total)}
+    )
+    keys = [await cluster.key(f"watch-{n}") for n in range(config.watch_keys)]
+    steady_key = await cluster.key("steady")
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    cluster.start_worker("w1", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    latencies: list[float] = []
+    stop = asyncio.Event()
+
+    async def watch(http: httpx.AsyncClient, job: str, n: int) -> None:
+        try:
+            if n % 3 == 0:
+                async with http.stream(
+                    "GET", f"/v1/jobs/{job}/events", timeout=httpx.Timeout(30, read=15)
+                ) as response:
+                    tally.record(response)
+                    async for _ in response.aiter_bytes():
+                        if stop.is_set():
+                            break
+            else:
+                response = await http.get(
+                    f"/v1/jobs/{job}", headers={"Prefer": "wait=10"}, timeout=30
+                )
+                tally.record(response)
+        except httpx.HTTPError as exc:
+            tally.error(exc)
+
+    async def steady(http: httpx.AsyncClient) -> None:
+        for n in range(10_000):
+            if stop.is_set():
+                return
+            started = time.monotonic()
+            job = await post_job(http, bundle_body(), tally)
+            if job:
+                accepted.append(job)
+                try:
+                    tally.record(await http.get(f"/v1/jobs/{job}"))
+                except httpx.HTTPError as exc:
+                    tally.error(exc)
+            latencies.append(time.monotonic() - started)
+            await asyncio.sleep(0.1 if n % 2 else 0.2)
+
+    clients = [client(cluster.api_url, k, connections=config.watchers_per_key) for k in keys]
+    steady_http = client(cluster.api_url, steady_key)
+    try:
+        # One queued job per watching key, of a kind no worker runs: it never changes,
+        # so every watcher really waits.
+        targets = [
+            (await _made_jobs(cluster, f"watch-{n}", 1, waiting=False))[0] for n in range(len(keys))
+        ]
+        steady_task = asyncio.create_task(steady(steady_http))
+        waves = []
+        for _ in range(2):
+            waves.append(
+                asyncio.gather(
+                    *(
+                        watch(http, job, n)
+                        for http, job in zip(clients, targets, strict=True)
+                        for n in range(config.watchers_per_key)
+                    )
+                )
+            )
+            await asyncio.sleep(3)
+        await asyncio.sleep(5)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*waves), timeout=60)
+        await asyncio.wait_for(steady_task, timeout=30)
+    finally:
+        stop.set()
+        for http in [*clients, steady_http]:
+            await http.aclose()
+    await cluster.settle(accepted, within=60)
+    row.figures = await cluster.figures(accepted, tally)
+    losses = live_lease_losses(cluster)
+    p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1] if latencies else float("inf")
+    row.standard_checks(rescue_bound(cluster.timing))
+    row.check("watchers beyond the caps shed with 429/503 + Retry-After", tally.shed > 0)
+    row.check("every 429/503 carried Retry-After", tally.shed_without_retry_after == 0)
+    row.check("no lease lost by a live worker (lease.lost_while_alive)", losses == 0)
+    row.check("steady client served (create + read p99 < 2 s)", p99 < 2.0)
+    row.notes.append(
+        f"caps {per_key}/key {total}/process; {len(keys)}x{config.watchers_per_key}x2 watchers;"
+        f" steady p99 {p99:.2f} s; answers {tally.describe()}"
+    )
+
+
+SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
+    "pg-stop": ("1 PostgreSQL stop -m immediate", pg_stop, Timing(bundle_time_scale=0.02)),
+    "kill-storm": ("2 kill -9 storm", kill_storm, Timing(bundle_time_scale=0.02)),
+    "listener": ("5 LISTEN connection killed", listener_killed, Timing(poll_interval_seconds=1.0)),
+    "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
+    "duplicates": ("9 duplicate delivery", duplicates, Timing()),
+    "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
+}

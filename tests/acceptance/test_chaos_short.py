@@ -1,0 +1,46 @@
+"""The short chaos configuration (issue 8) in the suite: the cheapest scenarios of
+``make chaos CHAOS=short`` -- PostgreSQL stopped with ``-m immediate`` under load, the
+LISTEN connection killed, duplicate delivery -- against real processes on the runner's
+own throwaway embedded PostgreSQL; every row of its table must pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+SCENARIOS = "pg-stop,listener,duplicates"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_short_chaos_scenarios_pass(tmp_path: Path) -> None:
+    rows_file = tmp_path / "rows.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chaos.run",
+            "--config",
+            "short",
+            "--only",
+            SCENARIOS,
+            "--json",
+            str(rows_file),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    report = done.stdout + "\n" + done.stderr[-6000:]
+    assert done.returncode == 0, report
+    rows = json.loads(rows_file.read_text())
+    assert [r["passed"] for r in rows] == [True] * len(SCENARIOS.split(",")), report
+    assert all(r["lost"] == 0 and r["published_twice"] == 0 and r["bad_5xx"] == 0 for r in rows)

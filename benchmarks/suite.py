@@ -67,6 +67,7 @@ import asyncpg
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.apikeys import Role, create_key
 from app.clock import Clock
@@ -78,8 +79,9 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
+from app.db.queries import CLAIM
 from app.settings import Settings
-from app.transitions import Transitions
+from app.transitions import Actor, Transitions
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
 from workers.handlers import registry
@@ -423,15 +425,14 @@ async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> 
             fill_seconds = time.perf_counter() - t0
             log(f"[bench] claim: {size:,} queued in {fill_seconds:.1f} s")
             # As WorkerPool claims: its session settings, no pre-ping, one statement.
-            engine = single_statements(
-                create_engine(
-                    url,
-                    pool_size=1,
-                    application_name="atlas-bench-claim",
-                    server_settings=WORKER_SESSION_SETTINGS,
-                    pre_ping=False,
-                )
+            base = create_engine(
+                url,
+                pool_size=1,
+                application_name="atlas-bench-claim",
+                server_settings=WORKER_SESSION_SETTINGS,
+                pre_ping=False,
             )
+            engine = single_statements(base)
             transitions = Transitions(Clock(), lease_seconds=settings.lease_seconds)
             handlers = sorted(registry())
             timings: list[float] = []
@@ -456,6 +457,7 @@ async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> 
                     queued = (
                         await conn.execute(text("SELECT count(*) FROM jobs WHERE state = 'queued'"))
                     ).scalar_one()
+                plan = await explain_claim(base, transitions, handlers, knobs.claim_limit)
             finally:
                 await engine.dispose()
         finally:
@@ -470,6 +472,54 @@ async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> 
         "p50_ms": round(percentile(timings, 50) or 0.0, 3),
         "p99_ms": round(percentile(timings, 99) or 0.0, 3),
         "mean_ms": round(mean, 3),
+        "explain": plan,
+    }
+
+
+EXPLAIN_CLAIM = text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + CLAIM.text)
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+async def explain_claim(
+    engine: AsyncEngine, transitions: Transitions, handlers: list[str], limit: int
+) -> dict[str, Any]:
+    """One more claim under ``EXPLAIN (ANALYZE, BUFFERS)``, rolled back: where its time
+    and its buffers go at this queue size."""
+    params = {
+        "worker_id": "bench",
+        "actor": str(Actor("worker", "bench")),
+        "handlers": handlers,
+        "limit": limit,
+        "lease_seconds": transitions.lease_seconds,
+        **transitions.clock.bind(),
+    }
+    async with engine.connect() as conn:  # a transaction, rolled back at close
+        raw = (await conn.execute(EXPLAIN_CLAIM, params)).scalar_one()
+    found = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+    top = found["Plan"]
+    picked = [
+        {
+            "node": n["Node Type"],
+            "index": n.get("Index Name"),
+            "rows": n.get("Actual Rows"),
+            "shared_hit": n.get("Shared Hit Blocks"),
+            "shared_read": n.get("Shared Read Blocks"),
+        }
+        for n in _plan_nodes(top)
+        if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+    ]
+    return {
+        "planning_ms": found.get("Planning Time"),
+        "execution_ms": found.get("Execution Time"),
+        "shared_hit": top.get("Shared Hit Blocks"),
+        "shared_read": top.get("Shared Read Blocks"),
+        "jobs_scans": picked,
+        "triggers_ms": round(sum(t.get("Time", 0.0) for t in found.get("Triggers", [])), 3),
     }
 
 
@@ -698,12 +748,17 @@ def detail_tables(results: dict[str, Any]) -> str:
     out: list[str] = []
     claim = results.get("claim")
     if claim:
-        out.append("| queued | claims | p50 ms | p99 ms | mean ms | fill s |")
-        out.append("|---|---|---|---|---|---|")
+        out.append(
+            "| queued | claims | p50 ms | p99 ms | mean ms | fill s | "
+            "EXPLAIN ANALYZE: exec ms, buffers hit+read |"
+        )
+        out.append("|---|---|---|---|---|---|---|")
         for s in claim["sizes"]:
             out.append(
                 f"| {s['queued']:,} | {s['claims']} x {s['limit']} | {s['p50_ms']:.2f} | "
-                f"{s['p99_ms']:.2f} | {s['mean_ms']:.2f} | {s['fill_seconds']:.1f} |"
+                f"{s['p99_ms']:.2f} | {s['mean_ms']:.2f} | {s['fill_seconds']:.1f} | "
+                f"{s['explain']['execution_ms']:.2f}, "
+                f"{(s['explain']['shared_hit'] or 0) + (s['explain']['shared_read'] or 0)} |"
             )
         out.append("")
     bloat = results.get("bloat")

@@ -1,0 +1,842 @@
+"""``make bench``: the project's own benchmarks (issue 9), one table and one JSON file.
+
+Three sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
+at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
+role must be allowed to create databases):
+
+``http``
+    A real ``atlas-jobs api`` process (uvicorn, h11, as shipped) and, beside it, the bare
+    FastAPI app of :mod:`benchmarks.bare_app` (one INSERT or SELECT per request, same
+    uvicorn and engine settings, its own table). The load generator
+    (:mod:`benchmarks.loadgen`) runs as a separate process: fixed concurrency, fixed
+    request count after a warm-up. Four pairs, each atlas then bare, in one run:
+    ``POST /v1/jobs`` without and with a unique ``Idempotency-Key``, ``GET /v1/jobs/{id}``
+    answered 200 and 304 (``If-None-Match``). Ratio: atlas req/s / bare req/s.
+``claim``
+    ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
+    by one ``INSERT ... SELECT generate_series``; no history for the filler), then
+    ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N times on a worker-like
+    engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit: as ``WorkerPool``
+    claims). After each claim as many jobs are created again (untimed) so the queue keeps
+    its size. Ratio: p50 at the largest size / p50 at the smallest.
+``bloat``
+    Jobs churned through the real path -- ``create_many`` (1,000 per statement) while a
+    real ``WorkerPool`` (``atlas.noop``) drains them -- up to each size in turn on one
+    database; after each, ``pg_total_relation_size`` (heap + indexes + TOAST) of
+    ``jobs``, ``job_history`` and ``attempts``. Nothing prunes finished jobs yet; this
+    measures what that costs. Ratio: ``jobs`` at the largest size / at the smallest.
+
+Knobs (environment variables, defaults in brackets):
+
+- ``BENCH_SECTIONS`` [``http,claim,bloat``]: which sections run.
+- ``BENCH_HTTP_REQUESTS`` [3000], ``BENCH_HTTP_WARMUP`` [300],
+  ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
+- ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
+  ``BENCH_CLAIM_LIMIT`` [16].
+- ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_CONCURRENCY`` [64] (the
+  pool's job slots).
+- ``BENCH_BUDGET_SECONDS`` [540]: the churn's larger sizes are cut (to a multiple of a
+  twentieth of the size) when the rate measured at the smaller one says they would end
+  after this many seconds from the suite's start; the JSON and the table then name the
+  size reached (``requested`` keeps the asked one).
+- ``BENCH_RESULTS_DIR`` [``benchmarks/results``]; ``BENCH_KEEP_DATABASES`` [unset]: set to
+  1 to keep the databases for inspection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.apikeys import Role, create_key
+from app.clock import Clock
+from app.db.engine import (
+    WORKER_SESSION_SETTINGS,
+    create_engine,
+    libpq_url,
+    normalize_url,
+    resolve_database_url,
+    single_statements,
+)
+from app.db.queries import CLAIM
+from app.settings import Settings
+from app.transitions import Actor, Transitions
+from benchmarks.loadgen import percentile
+from benchmarks.peer_adapter import Atlas, migrate, reset_database
+from workers.handlers import registry
+
+REPO = Path(__file__).resolve().parent.parent
+HOT_TABLES = ("jobs", "job_history", "attempts")
+NOOP_BODY = {"kind": "atlas.noop", "input": {"tag": "bench"}}
+
+
+def log(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+# -- knobs ----------------------------------------------------------------------------
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _ints(name: str, default: str) -> list[int]:
+    raw = os.environ.get(name, default)
+    return sorted({int(part.replace("_", "")) for part in raw.split(",") if part.strip()})
+
+
+@dataclass(frozen=True)
+class Knobs:
+    sections: tuple[str, ...]
+    http_requests: int
+    http_warmup: int
+    http_concurrency: int
+    claim_sizes: list[int]
+    claims: int
+    claim_limit: int
+    churn_sizes: list[int]
+    churn_concurrency: int
+    results_dir: Path
+    keep_databases: bool
+    budget_seconds: int
+
+    @classmethod
+    def from_environment(cls) -> Knobs:
+        sections = tuple(
+            s.strip() for s in os.environ.get("BENCH_SECTIONS", "http,claim,bloat").split(",")
+        )
+        unknown = set(sections) - {"http", "claim", "bloat"}
+        if unknown:
+            raise SystemExit(f"BENCH_SECTIONS: unknown section(s) {sorted(unknown)}")
+        return cls(
+            sections=sections,
+            http_requests=_int("BENCH_HTTP_REQUESTS", 3000),
+            http_warmup=_int("BENCH_HTTP_WARMUP", 300),
+            http_concurrency=_int("BENCH_HTTP_CONCURRENCY", 16),
+            claim_sizes=_ints("BENCH_CLAIM_SIZES", "1000,1000000"),
+            claims=_int("BENCH_CLAIMS", 200),
+            claim_limit=_int("BENCH_CLAIM_LIMIT", 16),
+            churn_sizes=_ints("BENCH_CHURN_SIZES", "100000,1000000"),
+            churn_concurrency=_int("BENCH_CHURN_CONCURRENCY", 64),
+            results_dir=Path(os.environ.get("BENCH_RESULTS_DIR", REPO / "benchmarks" / "results")),
+            keep_databases=os.environ.get("BENCH_KEEP_DATABASES", "") not in ("", "0"),
+            budget_seconds=_int("BENCH_BUDGET_SECONDS", 540),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "sections": list(self.sections),
+            "http_requests": self.http_requests,
+            "http_warmup": self.http_warmup,
+            "http_concurrency": self.http_concurrency,
+            "claim_sizes": self.claim_sizes,
+            "claims": self.claims,
+            "claim_limit": self.claim_limit,
+            "churn_sizes": self.churn_sizes,
+            "churn_concurrency": self.churn_concurrency,
+            "budget_seconds": self.budget_seconds,
+        }
+
+
+# -- databases ------------------------------------------------------------------------
+
+
+def with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@asynccontextmanager
+async def scratch_database(base_url: str, name: str, keep: bool) -> AsyncIterator[str]:
+    """A freshly created and migrated database, dropped afterwards (unless kept)."""
+    url = with_database(base_url, name)
+    await reset_database(url)
+    await asyncio.to_thread(migrate, url)
+    try:
+        yield url
+    finally:
+        if not keep:
+            await drop_database(url)
+
+
+async def drop_database(url: str) -> None:
+    target = libpq_url(url)
+    name = target.rsplit("/", 1)[1].split("?", 1)[0]
+    admin = await asyncpg.connect(target.rsplit("/", 1)[0] + "/postgres")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def server_version(url: str) -> str:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
+# -- http -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def server_process(
+    args: list[str], *, env: dict[str, str], log_path: Path, port: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python ARGS`` in its own session until ``/readyz`` answers; SIGTERM at exit."""
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(  # noqa: S603 - our own entry points
+            [sys.executable, *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{args} exited early:\n{log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{args} never became ready:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def load(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run the load generator as its own process; its one JSON line is the result."""
+    done = subprocess.run(  # noqa: S603 - our own entry point
+        [sys.executable, "-m", "benchmarks.loadgen", json.dumps(spec)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"load generator failed:\n{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["unexpected"]:
+        raise RuntimeError(f"unexpected answers {result['statuses']} for {spec['paths'][0]}")
+    return result
+
+
+async def section_http(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
+    async with scratch_database(
+        base_url, f"atlas_bench_http_{run_id}", knobs.keep_databases
+    ) as url:
+        engine = create_engine(url, pool_size=1, application_name="atlas-bench")
+        try:
+            async with engine.begin() as conn:
+                key = await create_key(conn, owner="bench", roles=[Role.CLIENT])
+        finally:
+            await engine.dispose()
+        with tempfile.TemporaryDirectory(prefix="atlas-bench-http-") as tmp:
+            env = {
+                **os.environ,
+                "DATABASE_URL": url,
+                "ATLAS_DATA_DIR": tmp,
+                "ATLAS_SIGNING_SECRET": secrets.token_hex(32),
+                "ATLAS_LOG_LEVEL": "WARNING",
+                "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": str(10**9),
+                "PYTHONPATH": str(REPO),
+            }
+            atlas_port, bare_port = free_port(), free_port()
+            with (
+                server_process(
+                    ["-m", "app.cli", "api", "--port", str(atlas_port)],
+                    env=env,
+                    log_path=Path(tmp) / "atlas-api.log",
+                    port=atlas_port,
+                ),
+                server_process(
+                    ["-m", "benchmarks.bare_app", "--port", str(bare_port)],
+                    env=env,
+                    log_path=Path(tmp) / "bare-api.log",
+                    port=bare_port,
+                ),
+            ):
+                return await asyncio.to_thread(
+                    measure_http, knobs, key, atlas_port, bare_port, run_id
+                )
+
+
+def measure_http(
+    knobs: Knobs, key: str, atlas_port: int, bare_port: int, run_id: str
+) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {key}"}
+    atlas_base, bare_base = f"http://127.0.0.1:{atlas_port}", f"http://127.0.0.1:{bare_port}"
+    created = httpx.post(f"{atlas_base}/v1/jobs", json=NOOP_BODY, headers=auth, timeout=10)
+    created.raise_for_status()
+    bare_created = httpx.post(f"{bare_base}/bare/jobs", json=NOOP_BODY, timeout=10)
+    bare_created.raise_for_status()
+    atlas_path = f"/v1/jobs/{created.json()['id']}"
+    bare_path = f"/bare/jobs/{bare_created.json()['id']}"
+    atlas_etag, bare_etag = created.headers["ETag"], bare_created.headers["ETag"]
+    common = {
+        "requests": knobs.http_requests,
+        "warmup": knobs.http_warmup,
+        "concurrency": knobs.http_concurrency,
+    }
+    pairs: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+        (
+            "create",
+            "POST /v1/jobs",
+            {"method": "POST", "paths": ["/v1/jobs"], "body": NOOP_BODY, "expect": 202},
+            {"method": "POST", "paths": ["/bare/jobs"], "body": NOOP_BODY, "expect": 202},
+        ),
+        (
+            "create_idempotent",
+            "POST /v1/jobs + Idempotency-Key",
+            {
+                "method": "POST",
+                "paths": ["/v1/jobs"],
+                "body": NOOP_BODY,
+                "idempotency_keys": f"bench-{run_id}",
+                "expect": 202,
+            },
+            {
+                "method": "POST",
+                "paths": ["/bare/jobs"],
+                "body": NOOP_BODY,
+                "idempotency_keys": f"bench-{run_id}",
+                "expect": 202,
+            },
+        ),
+        (
+            "status_200",
+            "GET /v1/jobs/{id} 200",
+            {"method": "GET", "paths": [atlas_path], "expect": 200},
+            {"method": "GET", "paths": [bare_path], "expect": 200},
+        ),
+        (
+            "status_304",
+            "GET /v1/jobs/{id} 304",
+            {
+                "method": "GET",
+                "paths": [atlas_path],
+                "headers": {"If-None-Match": atlas_etag},
+                "expect": 304,
+            },
+            {
+                "method": "GET",
+                "paths": [bare_path],
+                "headers": {"If-None-Match": bare_etag},
+                "expect": 304,
+            },
+        ),
+    ]
+    results: dict[str, Any] = {}
+    for name, label, atlas_spec, bare_spec in pairs:
+        atlas_spec = {
+            **common,
+            **atlas_spec,
+            "port": atlas_port,
+            "headers": {**auth, **atlas_spec.get("headers", {})},
+        }
+        bare_spec = {**common, **bare_spec, "port": bare_port}
+        log(f"[bench] http {name}: atlas ...")
+        atlas = load(atlas_spec)
+        log(f"[bench] http {name}: bare ...")
+        bare = load(bare_spec)
+        results[name] = {
+            "label": label,
+            "atlas": atlas,
+            "bare": bare,
+            "ratio": round(atlas["rps"] / bare["rps"], 3),
+        }
+        log(f"[bench] http {name}: atlas {atlas['rps']} req/s, bare {bare['rps']} req/s")
+    return results
+
+
+# -- claim ----------------------------------------------------------------------------
+
+
+FILL = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds, delivery_state)
+SELECT t.owner, t.kind, t.kind_version, jsonb_build_object('tag', 'fill-' || g), t.state,
+       t.reason, t.max_attempts, t.max_elapsed_seconds, t.delivery_state
+  FROM (SELECT * FROM jobs ORDER BY seq LIMIT 1) AS t, generate_series(1, :n) AS g
+""")
+
+
+async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> dict[str, Any]:
+    async with scratch_database(
+        base_url, f"atlas_bench_claim_{run_id}", knobs.keep_databases
+    ) as url:
+        settings = Settings(DATABASE_URL=url)
+        producer = Atlas(url, settings)
+        try:
+            t0 = time.perf_counter()
+            await producer.enqueue_many([0])  # one real row: the filler copies it
+            async with producer.engine.connect() as conn:
+                await conn.execute(FILL, {"n": size - 1})
+            raw = await asyncpg.connect(libpq_url(url))
+            try:
+                await raw.execute("VACUUM ANALYZE")
+            finally:
+                await raw.close()
+            fill_seconds = time.perf_counter() - t0
+            log(f"[bench] claim: {size:,} queued in {fill_seconds:.1f} s")
+            # As WorkerPool claims: its session settings, no pre-ping, one statement.
+            base = create_engine(
+                url,
+                pool_size=1,
+                application_name="atlas-bench-claim",
+                server_settings=WORKER_SESSION_SETTINGS,
+                pre_ping=False,
+            )
+            engine = single_statements(base)
+            transitions = Transitions(Clock(), lease_seconds=settings.lease_seconds)
+            handlers = sorted(registry())
+            timings: list[float] = []
+            seq = 1
+            try:
+                warmup = max(1, min(20, knobs.claims // 10))
+                for n in range(warmup + knobs.claims):
+                    async with engine.connect() as conn:
+                        t = time.perf_counter()
+                        rows = await transitions.claim(
+                            conn, worker_id="bench", handlers=handlers, limit=knobs.claim_limit
+                        )
+                        elapsed = (time.perf_counter() - t) * 1000.0
+                    if len(rows) != knobs.claim_limit:
+                        raise RuntimeError(f"claimed {len(rows)}, not {knobs.claim_limit}")
+                    if n >= warmup:
+                        timings.append(elapsed)
+                    # Top up (untimed): the queue keeps its size.
+                    await producer.enqueue_many(list(range(seq, seq + len(rows))))
+                    seq += len(rows)
+                async with engine.connect() as conn:
+                    queued = (
+                        await conn.execute(text("SELECT count(*) FROM jobs WHERE state = 'queued'"))
+                    ).scalar_one()
+                plan = await explain_claim(base, transitions, handlers, knobs.claim_limit)
+            finally:
+                await engine.dispose()
+        finally:
+            await producer.close()
+    mean = sum(timings) / len(timings)
+    return {
+        "queued": size,
+        "queued_after": int(queued),
+        "claims": len(timings),
+        "limit": knobs.claim_limit,
+        "fill_seconds": round(fill_seconds, 2),
+        "p50_ms": round(percentile(timings, 50) or 0.0, 3),
+        "p99_ms": round(percentile(timings, 99) or 0.0, 3),
+        "mean_ms": round(mean, 3),
+        "explain": plan,
+    }
+
+
+EXPLAIN_CLAIM = text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + CLAIM.text)
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+async def explain_claim(
+    engine: AsyncEngine, transitions: Transitions, handlers: list[str], limit: int
+) -> dict[str, Any]:
+    """One more claim under ``EXPLAIN (ANALYZE, BUFFERS)``, rolled back: where its time
+    and its buffers go at this queue size."""
+    params = {
+        "worker_id": "bench",
+        "actor": str(Actor("worker", "bench")),
+        "handlers": handlers,
+        "limit": limit,
+        "lease_seconds": transitions.lease_seconds,
+        **transitions.clock.bind(),
+    }
+    async with engine.connect() as conn:  # a transaction, rolled back at close
+        raw = (await conn.execute(EXPLAIN_CLAIM, params)).scalar_one()
+    found = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+    top = found["Plan"]
+    picked = [
+        {
+            "node": n["Node Type"],
+            "index": n.get("Index Name"),
+            "rows": n.get("Actual Rows"),
+            "shared_hit": n.get("Shared Hit Blocks"),
+            "shared_read": n.get("Shared Read Blocks"),
+        }
+        for n in _plan_nodes(top)
+        if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+    ]
+    return {
+        "planning_ms": found.get("Planning Time"),
+        "execution_ms": found.get("Execution Time"),
+        "shared_hit": top.get("Shared Hit Blocks"),
+        "shared_read": top.get("Shared Read Blocks"),
+        "jobs_scans": picked,
+        "triggers_ms": round(sum(t.get("Time", 0.0) for t in found.get("Triggers", [])), 3),
+    }
+
+
+async def section_claim(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
+    sizes = [await claim_at_size(base_url, knobs, run_id, size) for size in knobs.claim_sizes]
+    for found in sizes:
+        log(f"[bench] claim at {found['queued']:,} queued: p50 {found['p50_ms']} ms")
+    return {
+        "sizes": sizes,
+        "ratio": round(sizes[-1]["p50_ms"] / sizes[0]["p50_ms"], 3),
+    }
+
+
+# -- bloat ----------------------------------------------------------------------------
+
+
+SIZES = text("""
+SELECT c.relname AS name,
+       pg_relation_size(c.oid) AS heap,
+       pg_indexes_size(c.oid) AS indexes,
+       pg_total_relation_size(c.oid) AS total,
+       s.n_live_tup AS live, s.n_dead_tup AS dead,
+       s.autovacuum_count AS autovacuums
+  FROM pg_class AS c JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+ WHERE c.relname = ANY(:names)
+""")
+UNFINISHED = text("""
+SELECT (SELECT count(*) FROM jobs WHERE state = 'queued')
+     + (SELECT count(*) FROM jobs WHERE state IN ('running', 'cancel_requested'))
+""")
+
+
+async def churn(atlas: Atlas, start: int, stop_at: int, concurrency: int) -> float:
+    """Create jobs ``start..stop_at`` while a real pool drains them; seconds taken."""
+    pool = atlas.pool(concurrency)
+    stop = asyncio.Event()
+    t0 = time.perf_counter()
+    running = asyncio.create_task(pool.run(stop))
+    try:
+        for first in range(start, stop_at, 1000):
+            await atlas.enqueue_many(list(range(first, min(first + 1000, stop_at))))
+            if running.done():
+                break
+        async with atlas.engine.connect() as conn:
+            while not running.done():
+                if not (await conn.execute(UNFINISHED)).scalar_one():
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, timeout=120)
+    return time.perf_counter() - t0
+
+
+async def section_bloat(
+    base_url: str, knobs: Knobs, run_id: str, deadline: float
+) -> dict[str, Any]:
+    stages: list[dict[str, Any]] = []
+    async with scratch_database(
+        base_url, f"atlas_bench_bloat_{run_id}", knobs.keep_databases
+    ) as url:
+        with tempfile.TemporaryDirectory(prefix="atlas-bench-bloat-") as tmp:
+            atlas = Atlas(url, Settings(DATABASE_URL=url, data_dir=Path(tmp)))
+            try:
+                done = 0
+                rate: float | None = None
+                for requested in knobs.churn_sizes:
+                    size = requested
+                    if rate is not None:  # the largest size that fits the time budget
+                        left = deadline - time.perf_counter() - 15.0
+                        step = max(1000, requested // 20)
+                        size = min(requested, (done + int(rate * left)) // step * step)
+                        if size <= done:
+                            log(f"[bench] churn to {requested:,} skipped: over the budget")
+                            continue
+                        if size < requested:
+                            log(f"[bench] churn to {requested:,} cut to {size:,}: budget")
+                    seconds = await churn(atlas, done, size, knobs.churn_concurrency)
+                    rate = (size - done) / seconds
+                    async with atlas.engine.connect() as conn:
+                        succeeded = (
+                            await conn.execute(
+                                text("SELECT count(*) FROM jobs WHERE state = 'succeeded'")
+                            )
+                        ).scalar_one()
+                        rows = (await conn.execute(SIZES, {"names": list(HOT_TABLES)})).all()
+                    if succeeded != size:
+                        raise RuntimeError(f"churn to {size}: {succeeded} jobs succeeded")
+                    tables = {
+                        row.name: {
+                            "heap_bytes": int(row.heap),
+                            "index_bytes": int(row.indexes),
+                            "total_bytes": int(row.total),
+                            "live_tuples": int(row.live),
+                            "dead_tuples": int(row.dead),
+                            "autovacuums": int(row.autovacuums),
+                        }
+                        for row in rows
+                    }
+                    stage: dict[str, Any] = {
+                        "churned": size,
+                        "requested": requested,
+                        "seconds": round(seconds, 2),
+                        "jobs_per_sec": round((size - done) / seconds, 1),
+                        "tables": tables,
+                        "hot_total_bytes": sum(t["total_bytes"] for t in tables.values()),
+                    }
+                    stages.append(stage)
+                    log(
+                        f"[bench] churned {size:,} ({stage['jobs_per_sec']} jobs/s): jobs "
+                        f"{mib(tables['jobs']['total_bytes'])}, all three "
+                        f"{mib(stage['hot_total_bytes'])}"
+                    )
+                    done = size
+            finally:
+                await atlas.close()
+    first, last = stages[0], stages[-1]
+    return {
+        "stages": stages,
+        "ratio": round(
+            last["tables"]["jobs"]["total_bytes"] / first["tables"]["jobs"]["total_bytes"], 3
+        ),
+        "ratio_all": round(last["hot_total_bytes"] / first["hot_total_bytes"], 3),
+        "cut_by_budget": len(stages) < len(knobs.churn_sizes)
+        or any(s["churned"] != s["requested"] for s in stages),
+    }
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _fmt_http(r: dict[str, Any]) -> str:
+    return f"{r['rps']:,.0f} req/s (p50 {r['p50_ms']:.1f} / p99 {r['p99_ms']:.1f} ms)"
+
+
+def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Every ratio against issue 9's goal: figure, measured, baseline, ratio, goal, met."""
+    rows: list[dict[str, Any]] = []
+    http = results.get("http")
+    if http:
+        for name, goal in (
+            ("create", 0.70),
+            ("create_idempotent", 0.70),
+            ("status_200", 0.80),
+            ("status_304", 0.80),
+        ):
+            pair = http[name]
+            rows.append(
+                {
+                    "figure": f"{pair['label']} (atlas / bare)",
+                    "measured": _fmt_http(pair["atlas"]),
+                    "baseline": _fmt_http(pair["bare"]),
+                    "ratio": pair["ratio"],
+                    "goal": f">= {goal:.2f}",
+                    "met": pair["ratio"] >= goal,
+                }
+            )
+    claim = results.get("claim")
+    if claim:
+        big, small = claim["sizes"][-1], claim["sizes"][0]
+        rows.append(
+            {
+                "figure": (
+                    f"claim({small['limit']}) p50 at {big['queued']:,} / {small['queued']:,} queued"
+                ),
+                "measured": f"{big['p50_ms']:.2f} ms (p99 {big['p99_ms']:.2f})",
+                "baseline": f"{small['p50_ms']:.2f} ms (p99 {small['p99_ms']:.2f})",
+                "ratio": claim["ratio"],
+                "goal": "<= 1.20",
+                "met": claim["ratio"] <= 1.2,
+            }
+        )
+    bloat = results.get("bloat")
+    if bloat:
+        big, small = bloat["stages"][-1], bloat["stages"][0]
+        asked = knobs_sizes[-1] if knobs_sizes else big["requested"]
+        cut = f" (asked {asked:,}: time budget)" if bloat["cut_by_budget"] else ""
+        rows.append(
+            {
+                "figure": (
+                    f"jobs size after {big['churned']:,} / {small['churned']:,} churned{cut}"
+                ),
+                "measured": mib(big["tables"]["jobs"]["total_bytes"]),
+                "baseline": mib(small["tables"]["jobs"]["total_bytes"]),
+                "ratio": bloat["ratio"],
+                "goal": "<= 2.00",
+                "met": bloat["ratio"] <= 2.0 if len(bloat["stages"]) > 1 else None,
+            }
+        )
+        rows.append(
+            {
+                "figure": "jobs + job_history + attempts, same sizes",
+                "measured": mib(big["hot_total_bytes"]),
+                "baseline": mib(small["hot_total_bytes"]),
+                "ratio": bloat["ratio_all"],
+                "goal": "(reported)",
+                "met": None,
+            }
+        )
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    head = ["figure", "atlas / at the larger size", "baseline", "ratio", "goal", "met"]
+    cells = [
+        [
+            r["figure"],
+            r["measured"],
+            r["baseline"],
+            f"{r['ratio']:.2f}",
+            r["goal"],
+            "—" if r["met"] is None else ("yes" if r["met"] else "no"),
+        ]
+        for r in rows
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c) + " |" for c in cells]
+    return "\n".join(lines)
+
+
+def detail_tables(results: dict[str, Any]) -> str:
+    out: list[str] = []
+    claim = results.get("claim")
+    if claim:
+        out.append(
+            "| queued | claims | p50 ms | p99 ms | mean ms | fill s | "
+            "EXPLAIN ANALYZE: exec ms, buffers hit+read |"
+        )
+        out.append("|---|---|---|---|---|---|---|")
+        for s in claim["sizes"]:
+            out.append(
+                f"| {s['queued']:,} | {s['claims']} x {s['limit']} | {s['p50_ms']:.2f} | "
+                f"{s['p99_ms']:.2f} | {s['mean_ms']:.2f} | {s['fill_seconds']:.1f} | "
+                f"{s['explain']['execution_ms']:.2f}, "
+                f"{(s['explain']['shared_hit'] or 0) + (s['explain']['shared_read'] or 0)} |"
+            )
+        out.append("")
+    bloat = results.get("bloat")
+    if bloat:
+        out.append(
+            "| churned | jobs/s | jobs (heap + idx) | job_history (heap + idx) | "
+            "attempts (heap + idx) | dead tuples in jobs |"
+        )
+        out.append("|---|---|---|---|---|---|")
+        for s in bloat["stages"]:
+            t = s["tables"]
+
+            def cell(name: str, t: dict[str, Any] = t) -> str:
+                v = t[name]
+                return f"{mib(v['total_bytes'])} ({mib(v['heap_bytes'])} + {mib(v['index_bytes'])})"
+
+            out.append(
+                f"| {s['churned']:,} | {s['jobs_per_sec']:,.0f} | {cell('jobs')} | "
+                f"{cell('job_history')} | {cell('attempts')} | {t['jobs']['dead_tuples']:,} |"
+            )
+    return "\n".join(out)
+
+
+async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
+    deadline = time.perf_counter() + knobs.budget_seconds
+    results: dict[str, Any] = {}
+    if "http" in knobs.sections:
+        results["http"] = await section_http(base_url, knobs, run_id)
+    if "claim" in knobs.sections:
+        results["claim"] = await section_claim(base_url, knobs, run_id)
+    if "bloat" in knobs.sections:
+        results["bloat"] = await section_bloat(base_url, knobs, run_id, deadline)
+    return results
+
+
+def main() -> None:
+    knobs = Knobs.from_environment()
+    os.environ.setdefault("ATLAS_LOG_LEVEL", "WARNING")
+    from app.logs import configure_logging
+
+    configure_logging(Settings())
+    explicit = os.environ.get("DATABASE_URL")
+    base_url = normalize_url(explicit) if explicit else resolve_database_url(Settings())
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    run_id = uuid.uuid4().hex[:8]
+    t0 = time.perf_counter()
+    results = asyncio.run(run_suite(knobs, base_url, run_id))
+    seconds = time.perf_counter() - t0
+    rows = goals(results, knobs.churn_sizes)
+    report: dict[str, Any] = {
+        "run": stamp,
+        "started_at": started.isoformat(),
+        "seconds": round(seconds, 1),
+        "version": package_version("atlas-jobs"),
+        "environment": {
+            "postgresql": asyncio.run(server_version(base_url)),
+            "database": "DATABASE_URL" if explicit else "embedded",
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+        "knobs": knobs.as_json(),
+        "results": results,
+        "goals": rows,
+    }
+    knobs.results_dir.mkdir(parents=True, exist_ok=True)
+    path = knobs.results_dir / f"bench-{stamp}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(
+        f"\nmake bench: run {stamp}, {seconds:.0f} s, PostgreSQL "
+        f"{report['environment']['postgresql']}\n"
+    )
+    print(table(rows))
+    details = detail_tables(results)
+    if details:
+        print("\n" + details)
+    print(f"\nJSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""``make bench`` runs end to end with tiny sizes and reports every figure (issue 9).
+
+Not a timing test: it checks that the suite starts its servers and load generator,
+measures every section, prints the table with each ratio and writes well-formed JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, Server
+
+TINY = {
+    "BENCH_HTTP_REQUESTS": "40",
+    "BENCH_HTTP_WARMUP": "5",
+    "BENCH_HTTP_CONCURRENCY": "4",
+    "BENCH_CLAIM_SIZES": "50,200",
+    "BENCH_CLAIMS": "5",
+    "BENCH_CLAIM_LIMIT": "4",
+    "BENCH_CHURN_SIZES": "100,300",
+    "BENCH_CHURN_CONCURRENCY": "8",
+    "BENCH_BUDGET_SECONDS": "600",
+}
+HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> None:
+    results_dir = tmp_path / "results"
+    env = {
+        **os.environ,
+        **TINY,
+        "DATABASE_URL": pg_server.admin_url,
+        "BENCH_RESULTS_DIR": str(results_dir),
+        "ATLAS_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.suite"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    (path,) = results_dir.glob("bench-*.json")
+    report = json.loads(path.read_text())
+    assert path.name == f"bench-{report['run']}.json"
+    assert {"run", "started_at", "seconds", "environment", "knobs", "results", "goals"} <= set(
+        report
+    )
+
+    http = report["results"]["http"]
+    assert set(http) == set(HTTP_PAIRS)
+    for pair in http.values():
+        for side in ("atlas", "bare"):
+            figures = pair[side]
+            assert figures["requests"] == 40
+            assert figures["unexpected"] == 0
+            assert figures["rps"] > 0
+            assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+        assert pair["ratio"] > 0
+    assert set(http["status_304"]["atlas"]["statuses"]) == {"304"}
+    assert set(http["create"]["atlas"]["statuses"]) == {"202"}
+
+    claim = report["results"]["claim"]
+    assert [s["queued"] for s in claim["sizes"]] == [50, 200]
+    for size in claim["sizes"]:
+        assert size["claims"] == 5
+        assert size["queued_after"] == size["queued"]  # topped up after every claim
+        assert size["p50_ms"] > 0
+        assert size["explain"]["execution_ms"] > 0
+        assert size["explain"]["jobs_scans"], size["explain"]
+    assert claim["ratio"] > 0
+
+    bloat = report["results"]["bloat"]
+    assert [s["churned"] for s in bloat["stages"]] == [100, 300]
+    assert not bloat["cut_by_budget"]
+    for stage in bloat["stages"]:
+        assert set(stage["tables"]) == {"jobs", "job_history", "attempts"}
+        assert all(t["total_bytes"] > 0 for t in stage["tables"].values())
+    assert bloat["ratio"] >= 1
+
+    # One goal row per ratio: four HTTP pairs, the claim, the hot table, all three tables.
+    assert len(report["goals"]) == 7
+    for row in report["goals"]:
+        assert row["ratio"] > 0
+        assert f"{row['ratio']:.2f}" in done.stdout
+    assert str(path) in done.stdout

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.responses import FileResponse
 
 from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
@@ -40,9 +40,7 @@ router = APIRouter(prefix="/v1", tags=["results"])
     summary="Read a job's result reference",
     responses=problems(404, 409, 410, 422),
 )
-async def get_result(
-    job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal, request: Request
-) -> Any:
+async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal) -> Any:
     """200 only when delivery is ``available``; 409 names state and delivery otherwise."""
     bind_job(job_id)
     job, public = await read_status_once(

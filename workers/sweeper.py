@@ -107,7 +107,7 @@ class Sweeper:
         async with self.engine.connect() as conn:
             states = await reads.job_states(conn, staged)
         terminal = {s.value for s in TERMINAL_STATES}
-        finished = [j for j in staged if j not in states or states[j] in terminal]
+        finished = [j for j in staged if j not in states or states[j][0] in terminal]
         for job_id in finished:
             await asyncio.to_thread(self.store.remove_staging, job_id)
         if finished:
@@ -136,7 +136,7 @@ class Sweeper:
         for start in range(0, len(entries), self.batch_size):
             batch = entries[start : start + self.batch_size]
             async with self.engine.connect() as conn:
-                known = await reads.job_deliveries(conn, [e.job_id for e in batch])
+                known = await reads.job_states(conn, [e.job_id for e in batch])
             for entry in batch:
                 state, delivery = known.get(entry.job_id, (None, None))
                 if state is None or (

@@ -28,8 +28,7 @@ from app.transitions import Applied, MoveResult, Rejected, RejectReason
 
 async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:
     """The status body of a job row; its stages are read only when it has a plan."""
-    stages = (await reads.stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
-    return job_status(job, stages)
+    return job_status(job, await reads.plan_stages(conn, job))
 
 
 async def public_statuses(conn: AsyncConnection, rows: Sequence[Any]) -> list[JobPublic]:

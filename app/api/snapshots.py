@@ -67,9 +67,7 @@ async def read_snapshot(
     """The job, then its stages and the history it gained since ``previous`` (the job
     first: the history read then sees at least every row the job row reflects)."""
     job = await reads.get_job(conn, job_id, owner=None, now=clock.now())
-    stages: tuple[Row[Any], ...] = ()
-    if job is not None and job.plan_revision:
-        stages = tuple((await reads.stages_for(conn, [job_id]))[job_id])
+    stages = tuple(await reads.plan_stages(conn, job)) if job is not None else ()
     if job is None:  # unknown (or deleted): nothing to follow
         history, floor = (previous.history, previous.history_floor) if previous else ((), 0)
         serial = previous.serial + 1 if previous else 1

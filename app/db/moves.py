@@ -38,7 +38,6 @@ from app.clock import NOW_SQL, Clock
 from app.db.schema import sql_list
 from app.lifecycle import (
     ACTIVE_STATES,
-    DELIVERY_MOVES,
     STATE_REASONS,
     TERMINAL_STATES,
     TRANSITIONS,
@@ -486,7 +485,6 @@ def held_by(row: Row[Any], attempt_id: uuid.UUID) -> bool:
 
 
 __all__ = [
-    "DELIVERY_MOVES",
     "Actor",
     "Applied",
     "Executor",

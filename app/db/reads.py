@@ -130,13 +130,7 @@ async def checkpoints(conn: AsyncConnection, job_id: uuid.UUID) -> dict[tuple[st
     return {(r.stage, r.unit_name): r.data for r in rows}
 
 
-async def job_states(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The state of each of ``job_ids`` that exists."""
-    rows = await conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(list(job_ids))))
-    return {r.id: r.state for r in rows}
-
-
-async def job_deliveries(
+async def job_states(
     conn: AsyncConnection, job_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[str, str]]:
     """``(state, delivery_state)`` of each of ``job_ids`` that exists."""
@@ -144,6 +138,11 @@ async def job_deliveries(
         select(jobs.c.id, jobs.c.state, jobs.c.delivery_state).where(jobs.c.id.in_(list(job_ids)))
     )
     return {r.id: (r.state, r.delivery_state) for r in rows}
+
+
+async def plan_stages(conn: AsyncConnection, job: Any) -> list[Row[Any]]:
+    """A job row's stages in plan order; none are read before it has a plan."""
+    return (await stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
 
 
 async def migration_heads(conn: AsyncConnection) -> set[str]:
@@ -305,11 +304,11 @@ __all__ = [
     "get_version",
     "history",
     "idempotency_keys_seen",
-    "job_deliveries",
     "job_states",
     "list_jobs",
     "migration_heads",
     "oldest_claimable_age",
+    "plan_stages",
     "queue_view",
     "stages_for",
     "unfinished_jobs",

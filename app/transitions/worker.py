@@ -85,17 +85,12 @@ class WorkerMoves(Service):
             actor=Actor("worker", "heartbeat"),
             full_rows=False,
         )
-
-        def attempt_of(step: Step) -> uuid.UUID:
-            assert step.attempt_id is not None
-            return step.attempt_id
-
         states: dict[uuid.UUID, JobState | None] = {}
-        for step, result in zip(steps, results, strict=True):
+        for (job_id, attempt_id), result in zip(held, results, strict=True):
             if isinstance(result, Applied):
-                states[step.job_id] = result.to_state
-            elif result.job is None or not held_by(result.job, attempt_of(step)):
-                states[step.job_id] = None
+                states[job_id] = result.to_state
+            elif result.job is None or not held_by(result.job, attempt_id):
+                states[job_id] = None
         return states
 
     # -- progress (fenced; the state stays) -----------------------------------------------

@@ -23,6 +23,17 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default=Path(".atlas"), description="Embedded database and results.")
     result_ttl_seconds: float = Field(default=86400.0, gt=0, description="Result retention.")
+    finished_job_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        ge=0,
+        description=(
+            "How long a finished job (status, history, attempts) is kept beyond the result "
+            "retention; then the sweeper prunes it. A downloadable result is never pruned."
+        ),
+    )
+    prune_batch_size: int = Field(
+        default=1000, gt=0, description="Most finished jobs one pruning statement deletes."
+    )
     lease_seconds: float = Field(default=30.0, gt=0, description="Worker lease length.")
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)

@@ -10,6 +10,8 @@
 * Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
   jobs, leftovers of a stale attempt) are removed. The staging directory listing is
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
+* Last, finished jobs past their retention are pruned (:mod:`workers.pruner`), so the
+  tables hold live work and recent history, not every job ever run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from app.lifecycle import TERMINAL_STATES, DeliveryState
 from app.logs import get_logger
 from app.storage import ResultStore
 from app.transitions import Applied, Transitions
+from workers.pruner import Pruner
 
 log = get_logger("atlas.worker.sweeper")
 
@@ -35,6 +38,7 @@ class SweepReport:
     expired: int
     cleaned: int
     deadlines: int = 0
+    pruned: int = 0
 
 
 class Sweeper:
@@ -45,11 +49,13 @@ class Sweeper:
         store: ResultStore,
         *,
         batch_size: int = 100,
+        pruner: Pruner | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
         self.store = store
         self.batch_size = batch_size
+        self.pruner = pruner
 
     async def run_once(self) -> SweepReport:
         expired = 0
@@ -65,9 +71,9 @@ class Sweeper:
             if seen < self.batch_size:
                 break
         await self._remove_unreferenced_published()  # issue 8: a crash after expiry
-        return SweepReport(
-            expired=expired, cleaned=await self._clean_staging(), deadlines=deadlines
-        )
+        cleaned = await self._clean_staging()
+        pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
+        return SweepReport(expired=expired, cleaned=cleaned, deadlines=deadlines, pruned=pruned)
 
     async def _deadline_batch(self) -> tuple[int, int]:
         t = self.transitions

@@ -1,0 +1,59 @@
+"""pruning of finished jobs; storage parameters of the churning tables
+
+Revision ID: f9a0b1c2d014
+Revises: f6248ed09853
+Create Date: 2026-11-29 16:20:00+00:00
+
+* ``ix_jobs_finished``: the pruner's walk over finished jobs, oldest first (partial:
+  live work is not in it).
+* Storage parameters (kept in step with ``app.db.schema``'s ``JOBS_STORAGE`` and
+  ``APPENDED_STORAGE``; the migration test compares ``pg_class.reloptions``): room per
+  page and prompt, unthrottled autovacuum for ``jobs``; prompt autovacuum for
+  ``job_history`` and ``attempts``. ``fillfactor`` applies to pages written from now on.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "f9a0b1c2d014"
+down_revision: str | None = "f6248ed09853"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+STORAGE = {
+    "jobs": {
+        "fillfactor": "80",
+        "autovacuum_vacuum_scale_factor": "0.01",
+        "autovacuum_vacuum_threshold": "1000",
+        "autovacuum_vacuum_cost_delay": "0",
+    },
+    "job_history": {
+        "autovacuum_vacuum_scale_factor": "0.05",
+        "autovacuum_vacuum_cost_delay": "0",
+    },
+    "attempts": {
+        "autovacuum_vacuum_scale_factor": "0.05",
+        "autovacuum_vacuum_cost_delay": "0",
+    },
+}
+
+
+def upgrade() -> None:
+    op.create_index(
+        "ix_jobs_finished",
+        "jobs",
+        ["finished_at"],
+        unique=False,
+        postgresql_where=sa.text("finished_at IS NOT NULL"),
+    )
+    for table, options in STORAGE.items():
+        settings = ", ".join(f"{name} = {value}" for name, value in options.items())
+        op.execute(f"ALTER TABLE {table} SET ({settings})")
+
+
+def downgrade() -> None:
+    for table, options in STORAGE.items():
+        op.execute(f"ALTER TABLE {table} RESET ({', '.join(options)})")
+    op.drop_index("ix_jobs_finished", table_name="jobs", postgresql_where="finished_at IS NOT NULL")

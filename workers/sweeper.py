@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,7 +49,7 @@ class Sweeper:
         transitions: Transitions,
         store: ResultStore,
         *,
-        batch_size: int = 100,
+        batch_size: int = 500,
         pruner: Pruner | None = None,
     ) -> None:
         self.engine = engine
@@ -101,10 +102,15 @@ class Sweeper:
             for row, outcome in zip(rows, results, strict=True)
             if isinstance(outcome, Applied)
         ]
-        for owner, job_id in done:
-            await asyncio.to_thread(self.store.remove_published, owner, job_id)
+        if done:  # one thread hop per batch, not per job: expiry keeps up with churn
+            await asyncio.to_thread(self._remove_published_many, done)
+        for _, job_id in done:
             log.info("result.expired", job_id=str(job_id))
         return len(done), len(rows)
+
+    def _remove_published_many(self, done: list[tuple[str, uuid.UUID]]) -> None:
+        for owner, job_id in done:
+            self.store.remove_published(owner, job_id)
 
     async def _clean_staging(self) -> int:
         staged = await asyncio.to_thread(self.store.staged_job_ids)

@@ -117,7 +117,7 @@ class WorkerPool:
         self.heartbeat = Heartbeat(self.heartbeat_engine, self.transitions, self._held, self._lose)
         self.reaper = Reaper(self.engine, self.transitions)
         self.pruner = Pruner(
-            self.engine,
+            self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
             self.transitions.clock,
             keep_seconds=settings.result_ttl_seconds + settings.finished_job_retention_seconds,
             batch_size=settings.prune_batch_size,

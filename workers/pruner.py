@@ -50,7 +50,6 @@ class Pruner:
             pruned += deleted
             if deleted < self.batch_size:
                 break
-        self.total += pruned
         if pruned:
             log.info("jobs.pruned", jobs=pruned, batches=batches)
         return PruneReport(pruned=pruned, batches=batches)
@@ -59,4 +58,6 @@ class Pruner:
         params = {"keep_seconds": self.keep_seconds, "limit": self.batch_size}
         async with self.engine.begin() as conn:
             result = await conn.execute(PRUNE_FINISHED, {**params, **self.clock.bind()})
-            return len(result.all())
+            deleted = len(result.all())
+        self.total += deleted  # committed: counted even if a later batch is cancelled
+        return deleted

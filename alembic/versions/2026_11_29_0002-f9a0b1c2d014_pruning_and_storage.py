@@ -4,8 +4,9 @@ Revision ID: f9a0b1c2d014
 Revises: f6248ed09853
 Create Date: 2026-11-29 16:20:00+00:00
 
-* ``ix_jobs_finished``: the pruner's walk over finished jobs, oldest first (partial:
-  live work is not in it).
+* ``ix_jobs_prunable``: the pruner's walk over finished jobs whose result is not
+  downloadable, oldest first (partial: live work and published results are not in it,
+  so claiming and publishing do not write to it).
 * Storage parameters (kept in step with ``app.db.schema``'s ``JOBS_STORAGE`` and
   ``APPENDED_STORAGE``; the migration test compares ``pg_class.reloptions``): room per
   page and prompt, unthrottled autovacuum for ``jobs``; prompt autovacuum for
@@ -42,11 +43,11 @@ STORAGE = {
 
 def upgrade() -> None:
     op.create_index(
-        "ix_jobs_finished",
+        "ix_jobs_prunable",
         "jobs",
         ["finished_at"],
         unique=False,
-        postgresql_where=sa.text("finished_at IS NOT NULL"),
+        postgresql_where=sa.text("finished_at IS NOT NULL AND delivery_state <> 'available'"),
     )
     for table, options in STORAGE.items():
         settings = ", ".join(f"{name} = {value}" for name, value in options.items())
@@ -56,4 +57,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table, options in STORAGE.items():
         op.execute(f"ALTER TABLE {table} RESET ({', '.join(options)})")
-    op.drop_index("ix_jobs_finished", table_name="jobs", postgresql_where="finished_at IS NOT NULL")
+    op.drop_index("ix_jobs_prunable", table_name="jobs")

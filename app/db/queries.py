@@ -208,8 +208,9 @@ SELECT id, owner
 # everything that belongs to them (history, attempts, stages, checkpoints, idempotency
 # keys go by ON DELETE CASCADE, so a job's history lives exactly as long as the job).
 #
-# * finished_at IS NOT NULL is the terminal states (CHECK terminal_iff_finished) and the
-#   predicate of ix_jobs_finished: the walk never sees unfinished work, oldest first.
+# * finished_at IS NOT NULL is the terminal states (CHECK terminal_iff_finished), and
+#   with delivery_state <> 'available' the predicate of ix_jobs_prunable: the walk
+#   never sees unfinished work, oldest first.
 # * A result still downloadable (delivery 'available') is never pruned, whatever the
 #   clock says: the sweeper must have expired it (and removed its files) first.
 # * A job some replay points at (replay_of, no cascade) stays until its replays are gone.

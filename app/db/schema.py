@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
@@ -203,12 +204,15 @@ Index(
     jobs.c.wait_deadline_at,
     postgresql_where=jobs.c.state == JobState.WAITING.value,
 )
-# The pruner walks finished jobs oldest first; a job enters this index once, when it
-# finishes (terminal <=> finished_at, by CHECK), so live work pays nothing for it.
+# The pruner walks finished jobs whose result is not downloadable, oldest first. A job
+# enters this index once: when it fails or is canceled, or when its result expires --
+# not when it is published, so the drain's hot path (claim, publish) pays nothing for it.
 Index(
-    "ix_jobs_finished",
+    "ix_jobs_prunable",
     jobs.c.finished_at,
-    postgresql_where=jobs.c.finished_at.is_not(None),
+    postgresql_where=and_(
+        jobs.c.finished_at.is_not(None), jobs.c.delivery_state != DeliveryState.AVAILABLE.value
+    ),
 )
 # Partial: only replays are indexed, so ordinary jobs pay nothing for it on updates.
 Index(

@@ -4,6 +4,7 @@ that it runs beside working pools without deadlocks. Time moves with the test cl
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -11,6 +12,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
+from app.db.queries import PRUNE_FINISHED
 from app.db.schema import attempts, idempotency_keys, job_history, jobs
 from app.lifecycle import JobState
 from app.settings import Settings
@@ -210,3 +212,50 @@ async def test_pruning_beside_a_working_pool_takes_only_finished_jobs_and_never_
         row: Any = await harness.row(job_id)
         assert (row.state, row.delivery_state) == ("succeeded", "available")
         assert [m[0] for m in await harness.moves(job_id)] == ["create", "claim", "publish"]
+
+
+FINISHED_BULK = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds, finished_at, error, delivery_state)
+SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
+       now() - make_interval(secs => g), '{"code": "x"}'::jsonb, 'none'
+  FROM generate_series(1, :n) AS g
+""")
+QUEUED_BULK = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds)
+SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'queued', 'new', 3, 600
+  FROM generate_series(1, :n)
+""")
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(_plan_nodes(child))
+    return nodes
+
+
+async def test_the_pruning_statement_walks_its_partial_index(engine: AsyncEngine) -> None:
+    """Among many unfinished jobs, the pruner walks ix_jobs_prunable in order (live work
+    is not in it) and stops at LIMIT: no sequential scan, no sort of every prunable row,
+    and the DELETE finds its rows by primary key."""
+    async with engine.begin() as conn:
+        await conn.execute(QUEUED_BULK, {"n": 20_000})
+        await conn.execute(FINISHED_BULK, {"n": 2_000})
+        await conn.execute(text("ANALYZE jobs"))
+    async with engine.connect() as conn:
+        explained = (
+            await conn.execute(
+                text("EXPLAIN (FORMAT JSON) " + PRUNE_FINISHED.text),
+                {"keep_seconds": 0.0, "limit": 1000, "clock_offset": 0.0},
+            )
+        ).scalar_one()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    nodes = _plan_nodes(plan)
+    scans = [n for n in nodes if n.get("Relation Name") == "jobs"]
+    kinds = {n["Node Type"] for n in nodes}
+    assert not kinds & {"Seq Scan", "Sort", "Hash Join"}, kinds
+    [walk] = [n for n in scans if n.get("Index Name") == "ix_jobs_prunable"]
+    assert walk["Node Type"] == "Index Scan", walk  # in finished_at order
+    assert any(n.get("Index Name") == "pk_jobs" for n in nodes), nodes

@@ -51,7 +51,15 @@ class Settings(BaseSettings):
     download_url_ttl_seconds: int = Field(default=900, gt=0)
     log_format: str = Field(default="console", pattern="^(console|json)$")
     log_level: str = Field(default="INFO")
-    db_pool_size: int = Field(default=10, gt=0)
+    db_pool_size: int = Field(
+        default=20,
+        gt=0,
+        description=(
+            "API connections kept open (as many again may open under bursts, and are "
+            "closed after each use: a new connection costs a TCP, TLS-probe and SCRAM "
+            "handshake, so size this to the concurrent requests)."
+        ),
+    )
     admission_max_active_per_owner: int | None = Field(
         default=10_000,
         gt=0,

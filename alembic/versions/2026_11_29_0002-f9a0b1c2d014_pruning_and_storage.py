@@ -10,7 +10,8 @@ Create Date: 2026-11-29 16:20:00+00:00
 * Storage parameters (kept in step with ``app.db.schema``'s ``JOBS_STORAGE`` and
   ``APPENDED_STORAGE``; the migration test compares ``pg_class.reloptions``): room per
   page and prompt, unthrottled autovacuum for ``jobs``; prompt autovacuum for
-  ``job_history`` and ``attempts``. ``fillfactor`` applies to pages written from now on.
+  ``job_history`` and ``attempts``, and room per page for the HOT updates that end an
+  attempt. ``fillfactor`` applies to pages written from now on.
 """
 
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ STORAGE = {
         "autovacuum_vacuum_cost_delay": "0",
     },
     "attempts": {
+        "fillfactor": "70",
         "autovacuum_vacuum_scale_factor": "0.05",
         "autovacuum_vacuum_cost_delay": "0",
     },

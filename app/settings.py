@@ -23,6 +23,17 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default=Path(".atlas"), description="Embedded database and results.")
     result_ttl_seconds: float = Field(default=86400.0, gt=0, description="Result retention.")
+    finished_job_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        ge=0,
+        description=(
+            "How long a finished job (status, history, attempts) is kept beyond the result "
+            "retention; then the sweeper prunes it. A downloadable result is never pruned."
+        ),
+    )
+    prune_batch_size: int = Field(
+        default=1000, gt=0, description="Most finished jobs one pruning statement deletes."
+    )
     lease_seconds: float = Field(default=30.0, gt=0, description="Worker lease length.")
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
@@ -40,7 +51,15 @@ class Settings(BaseSettings):
     download_url_ttl_seconds: int = Field(default=900, gt=0)
     log_format: str = Field(default="console", pattern="^(console|json)$")
     log_level: str = Field(default="INFO")
-    db_pool_size: int = Field(default=10, gt=0)
+    db_pool_size: int = Field(
+        default=20,
+        gt=0,
+        description=(
+            "API connections kept open (as many again may open under bursts, and are "
+            "closed after each use: a new connection costs a TCP, TLS-probe and SCRAM "
+            "handshake, so size this to the concurrent requests)."
+        ),
+    )
     admission_max_active_per_owner: int | None = Field(
         default=10_000,
         gt=0,

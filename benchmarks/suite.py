@@ -23,8 +23,12 @@ role must be allowed to create databases):
     Jobs churned through the real path -- ``create_many`` (1,000 per statement) while a
     real ``WorkerPool`` (``atlas.noop``) drains them -- up to each size in turn on one
     database; after each, ``pg_total_relation_size`` (heap + indexes + TOAST) of
-    ``jobs``, ``job_history`` and ``attempts``. Nothing prunes finished jobs yet; this
-    measures what that costs. Ratio: ``jobs`` at the largest size / at the smallest.
+    ``jobs``, ``job_history`` and ``attempts``. Retention is on: the pool's sweeper (every
+    second) expires results after ``BENCH_CHURN_RETENTION_SECONDS`` and its pruner
+    deletes finished jobs (with their history and attempts) the same time later, so the
+    tables should hold the retention window, not every job ever run. Every churned job is
+    accounted for: ``succeeded`` in the table, or pruned (counted by the pruners), and
+    nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
 
 Knobs (environment variables, defaults in brackets):
 
@@ -34,7 +38,8 @@ Knobs (environment variables, defaults in brackets):
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
   ``BENCH_CLAIM_LIMIT`` [16].
 - ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_CONCURRENCY`` [64] (the
-  pool's job slots).
+  pool's job slots), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the result TTL and the
+  finished-job retention beyond it during the churn.
 - ``BENCH_BUDGET_SECONDS`` [540]: the churn's larger sizes are cut (to a multiple of a
   twentieth of the size) when the rate measured at the smaller one says they would end
   after this many seconds from the suite's start; the JSON and the table then name the
@@ -118,6 +123,7 @@ class Knobs:
     claim_limit: int
     churn_sizes: list[int]
     churn_concurrency: int
+    churn_retention_seconds: int
     results_dir: Path
     keep_databases: bool
     budget_seconds: int
@@ -140,6 +146,7 @@ class Knobs:
             claim_limit=_int("BENCH_CLAIM_LIMIT", 16),
             churn_sizes=_ints("BENCH_CHURN_SIZES", "100000,1000000"),
             churn_concurrency=_int("BENCH_CHURN_CONCURRENCY", 64),
+            churn_retention_seconds=_int("BENCH_CHURN_RETENTION_SECONDS", 5),
             results_dir=Path(os.environ.get("BENCH_RESULTS_DIR", REPO / "benchmarks" / "results")),
             keep_databases=os.environ.get("BENCH_KEEP_DATABASES", "") not in ("", "0"),
             budget_seconds=_int("BENCH_BUDGET_SECONDS", 540),
@@ -156,6 +163,7 @@ class Knobs:
             "claim_limit": self.claim_limit,
             "churn_sizes": self.churn_sizes,
             "churn_concurrency": self.churn_concurrency,
+            "churn_retention_seconds": self.churn_retention_seconds,
             "budget_seconds": self.budget_seconds,
         }
 
@@ -546,14 +554,16 @@ SELECT c.relname AS name,
   FROM pg_class AS c JOIN pg_stat_user_tables AS s ON s.relid = c.oid
  WHERE c.relname = ANY(:names)
 """)
+STATE_COUNTS = text("SELECT state, count(*) FROM jobs GROUP BY state")
 UNFINISHED = text("""
 SELECT (SELECT count(*) FROM jobs WHERE state = 'queued')
      + (SELECT count(*) FROM jobs WHERE state IN ('running', 'cancel_requested'))
 """)
 
 
-async def churn(atlas: Atlas, start: int, stop_at: int, concurrency: int) -> float:
-    """Create jobs ``start..stop_at`` while a real pool drains them; seconds taken."""
+async def churn(atlas: Atlas, start: int, stop_at: int, concurrency: int) -> tuple[float, int]:
+    """Create jobs ``start..stop_at`` while a real pool drains them (its sweeper expiring
+    and pruning as configured); seconds taken and jobs its pruner deleted."""
     pool = atlas.pool(concurrency)
     stop = asyncio.Event()
     t0 = time.perf_counter()
@@ -571,7 +581,7 @@ async def churn(atlas: Atlas, start: int, stop_at: int, concurrency: int) -> flo
     finally:
         stop.set()
         await asyncio.wait_for(running, timeout=120)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, pool.pruner.total
 
 
 async def section_bloat(
@@ -582,9 +592,17 @@ async def section_bloat(
         base_url, f"atlas_bench_bloat_{run_id}", knobs.keep_databases
     ) as url:
         with tempfile.TemporaryDirectory(prefix="atlas-bench-bloat-") as tmp:
-            atlas = Atlas(url, Settings(DATABASE_URL=url, data_dir=Path(tmp)))
+            retention = float(knobs.churn_retention_seconds)
+            settings = Settings(
+                DATABASE_URL=url,
+                data_dir=Path(tmp),
+                result_ttl_seconds=retention,
+                finished_job_retention_seconds=retention,
+                sweeper_interval_seconds=1.0,
+            )
+            atlas = Atlas(url, settings)
             try:
-                done = 0
+                done = pruned = 0
                 rate: float | None = None
                 for requested in knobs.churn_sizes:
                     size = requested
@@ -597,17 +615,21 @@ async def section_bloat(
                             continue
                         if size < requested:
                             log(f"[bench] churn to {requested:,} cut to {size:,}: budget")
-                    seconds = await churn(atlas, done, size, knobs.churn_concurrency)
+                    seconds, pruned_now = await churn(atlas, done, size, knobs.churn_concurrency)
+                    pruned += pruned_now
                     rate = (size - done) / seconds
                     async with atlas.engine.connect() as conn:
-                        succeeded = (
-                            await conn.execute(
-                                text("SELECT count(*) FROM jobs WHERE state = 'succeeded'")
-                            )
-                        ).scalar_one()
+                        states: dict[str, int] = {
+                            str(state): int(n)
+                            for state, n in (await conn.execute(STATE_COUNTS)).all()
+                        }
                         rows = (await conn.execute(SIZES, {"names": list(HOT_TABLES)})).all()
-                    if succeeded != size:
-                        raise RuntimeError(f"churn to {size}: {succeeded} jobs succeeded")
+                    succeeded = states.pop("succeeded", 0)
+                    if states or succeeded + pruned != size:
+                        raise RuntimeError(
+                            f"churn to {size}: {succeeded} succeeded + {pruned} pruned, "
+                            f"other states {states}"
+                        )
                     tables = {
                         row.name: {
                             "heap_bytes": int(row.heap),
@@ -624,12 +646,15 @@ async def section_bloat(
                         "requested": requested,
                         "seconds": round(seconds, 2),
                         "jobs_per_sec": round((size - done) / seconds, 1),
+                        "pruned": pruned,
+                        "jobs_rows": succeeded,
                         "tables": tables,
                         "hot_total_bytes": sum(t["total_bytes"] for t in tables.values()),
                     }
                     stages.append(stage)
                     log(
-                        f"[bench] churned {size:,} ({stage['jobs_per_sec']} jobs/s): jobs "
+                        f"[bench] churned {size:,} ({stage['jobs_per_sec']} jobs/s, "
+                        f"{pruned:,} pruned, {succeeded:,} rows left): jobs "
                         f"{mib(tables['jobs']['total_bytes'])}, all three "
                         f"{mib(stage['hot_total_bytes'])}"
                     )
@@ -765,9 +790,9 @@ def detail_tables(results: dict[str, Any]) -> str:
     if bloat:
         out.append(
             "| churned | jobs/s | jobs (heap + idx) | job_history (heap + idx) | "
-            "attempts (heap + idx) | dead tuples in jobs |"
+            "attempts (heap + idx) | dead tuples in jobs | pruned | job rows left |"
         )
-        out.append("|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|")
         for s in bloat["stages"]:
             t = s["tables"]
 
@@ -777,7 +802,8 @@ def detail_tables(results: dict[str, Any]) -> str:
 
             out.append(
                 f"| {s['churned']:,} | {s['jobs_per_sec']:,.0f} | {cell('jobs')} | "
-                f"{cell('job_history')} | {cell('attempts')} | {t['jobs']['dead_tuples']:,} |"
+                f"{cell('job_history')} | {cell('attempts')} | {t['jobs']['dead_tuples']:,} | "
+                f"{s['pruned']:,} | {s['jobs_rows']:,} |"
             )
     return "\n".join(out)
 

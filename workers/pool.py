@@ -44,6 +44,7 @@ from workers.context import JobContext
 from workers.handlers import Handler, registry
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
+from workers.pruner import Pruner
 from workers.reaper import Reaper
 from workers.runner import JobRunner
 from workers.sweeper import Sweeper
@@ -115,7 +116,13 @@ class WorkerPool:
         )
         self.heartbeat = Heartbeat(self.heartbeat_engine, self.transitions, self._held, self._lose)
         self.reaper = Reaper(self.engine, self.transitions)
-        self.sweeper = Sweeper(self.engine, self.transitions, self.store)
+        self.pruner = Pruner(
+            self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
+            self.transitions.clock,
+            keep_seconds=settings.result_ttl_seconds + settings.finished_job_retention_seconds,
+            batch_size=settings.prune_batch_size,
+        )
+        self.sweeper = Sweeper(self.engine, self.transitions, self.store, pruner=self.pruner)
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()

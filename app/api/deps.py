@@ -43,12 +43,12 @@ _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 
 
 async def get_principal(
-    engine: EngineDep,
+    state: StateDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise UnauthorizedError("Send Authorization: Bearer <api key>")
-    async with engine.connect() as conn:
+    async with state.reads.connect() as conn:  # one statement: no BEGIN/ROLLBACK
         principal = await authenticate(conn, credentials.credentials)
     if principal is None:
         raise UnauthorizedError("Unknown or revoked API key")

@@ -10,6 +10,7 @@ from app.api.feeds import FeedHub
 from app.api.metrics import ApiMetrics
 from app.api.notifier import JobChangeNotifier
 from app.clock import Clock
+from app.db.engine import single_statements
 from app.settings import Settings
 from app.signing import DownloadSigner
 from app.storage import FilesystemStore
@@ -29,3 +30,9 @@ class ApiState:
     metrics: ApiMetrics
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False
+    reads: AsyncEngine = field(init=False)
+    """The same pool for reads that are one statement each (authentication, a status,
+    a history page): no ``BEGIN``/``ROLLBACK`` round trips around them."""
+
+    def __post_init__(self) -> None:
+        self.reads = single_statements(self.engine)

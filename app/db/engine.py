@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import await_only
 
 from app.settings import Settings
 
@@ -44,16 +49,16 @@ def create_engine(
     pre_ping: bool = True,
 ) -> AsyncEngine:
     """An asyncpg engine. ``pre_ping`` checks every pooled connection on checkout -- one
-    round trip each time -- so that a request never meets a connection the server has
-    dropped (the API wants this). Workers go without: each of their loops survives a
-    failed statement (the claim loop backs off, the heartbeat beats again, a job's write
-    error becomes a retry or the reaper's rescue), and the first disconnect error
-    invalidates the whole pool, so every later checkout gets a fresh connection."""
-    return create_async_engine(
+    round trip each time (:func:`_ping_on_checkout`) -- so that a request never meets a
+    connection the server has dropped (the API wants this). Workers go without: each of
+    their loops survives a failed statement (the claim loop backs off, the heartbeat
+    beats again, a job's write error becomes a retry or the reaper's rescue), and the
+    first disconnect error invalidates the whole pool, so every later checkout gets a
+    fresh connection."""
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        pool_pre_ping=pre_ping,
         # SQL parameters hold job input, Idempotency-Keys and key hashes: an error's
         # message (and any traceback that quotes it) must never carry them.
         hide_parameters=True,
@@ -61,6 +66,21 @@ def create_engine(
             "server_settings": {"application_name": application_name, **(server_settings or {})}
         },
     )
+    if pre_ping:
+        event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
+    return engine
+
+
+def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """``pool_pre_ping`` in ONE round trip. SQLAlchemy's asyncpg ping wraps its ``;`` in
+    ``BEGIN``/``ROLLBACK`` (for pgbouncer's transaction mode, which we do not support:
+    we rely on session state and LISTEN), three round trips on every checkout. A dead
+    connection raises :class:`~sqlalchemy.exc.DisconnectionError`: the pool discards it
+    and checks out another (SQLAlchemy's documented pessimistic-disconnect recipe)."""
+    try:
+        await_only(dbapi_connection.driver_connection.fetchrow(";"))
+    except Exception as exc:
+        raise DisconnectionError("pooled connection failed its ping") from exc
 
 
 def single_statements(engine: AsyncEngine) -> AsyncEngine:

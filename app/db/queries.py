@@ -26,6 +26,7 @@ from app.lifecycle import (
     CANCEL_TOO_LATE,
     TRANSITIONS,
     AttemptOutcome,
+    DeliveryState,
     JobState,
     Reason,
     TransitionName,
@@ -201,6 +202,39 @@ SELECT id, owner
  ORDER BY delivery_expires_at
  LIMIT :limit
    FOR UPDATE SKIP LOCKED
+""")
+
+# prune_finished: finished jobs past their retention, deleted in a bounded batch with
+# everything that belongs to them (history, attempts, stages, checkpoints, idempotency
+# keys go by ON DELETE CASCADE, so a job's history lives exactly as long as the job).
+#
+# * finished_at IS NOT NULL is the terminal states (CHECK terminal_iff_finished), and
+#   with delivery_state <> 'available' the predicate of ix_jobs_prunable: the walk
+#   never sees unfinished work, oldest first.
+# * A result still downloadable (delivery 'available') is never pruned, whatever the
+#   clock says: the sweeper must have expired it (and removed its files) first.
+# * A job some replay points at (replay_of, no cascade) stays until its replays are gone.
+#   OFFSET 0 keeps that NOT EXISTS a per-row probe of ix_jobs_replay_of: pulled up into
+#   an anti-join, the planner may hash it and then sort every prunable row before LIMIT.
+# * The ids are handed to the DELETE as an array: primary-key lookups, never a join
+#   that could scan the table.
+# * SKIP LOCKED: a row a late cancel or a replay holds is left for the next pass; both
+#   lock the job row first, so they either see it gone (404) or make the pruner skip it.
+PRUNE_FINISHED = text(f"""
+WITH doomed AS (
+    SELECT id
+      FROM jobs AS j
+     WHERE finished_at IS NOT NULL
+       AND delivery_state <> '{DeliveryState.AVAILABLE.value}'
+       AND finished_at <= {_NOW} - make_interval(secs => :keep_seconds)
+       AND NOT EXISTS (SELECT 1 FROM jobs AS r WHERE r.replay_of = j.id OFFSET 0)
+     ORDER BY finished_at
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs
+ WHERE id = ANY(ARRAY(SELECT id FROM doomed))
+RETURNING id
 """)
 
 # expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the

@@ -1,12 +1,15 @@
 """Round trips per request, counted at the driver (SQLAlchemy cursor events).
 
 Every statement is a round trip to PostgreSQL; so is every pool checkout (the
-pre-ping) and every BEGIN/COMMIT. These tests pin the counts of the hottest routes so
-a change that adds a round trip shows up here, not only in a benchmark.
+pre-ping: one ``;``, see ``tests/integration/test_engine_ping.py``) and every
+BEGIN/COMMIT/ROLLBACK, which the driver's query logger sees (``Trips.control``). These
+tests pin the counts of the hottest routes so a change that adds a round trip shows up
+here, not only in a benchmark.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +27,8 @@ from tests.api.support import BUNDLE_INPUT, Driver, Keys
 class Trips:
     statements: list[str] = field(default_factory=list)
     checkouts: int = 0
+    control: list[str] = field(default_factory=list)
+    """Simple queries after checkout: transaction control (BEGIN, COMMIT, ROLLBACK)."""
 
 
 @contextmanager
@@ -34,8 +39,20 @@ def counting(app: FastAPI) -> Iterator[Trips]:
     def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         trips.statements.append(" ".join(statement.split())[:80])
 
-    def on_checkout(*_args: Any) -> None:
+    def on_query(record: Any) -> None:
+        # asyncpg calls loggers with call_soon: await asyncio.sleep(0) before reading.
+        word = record.query.split()[0].rstrip(";").upper()
+        if word in {"BEGIN", "COMMIT", "ROLLBACK"}:
+            trips.control.append(word)
+
+    logged: list[Any] = []
+
+    def on_checkout(dbapi_connection: Any, *_args: Any) -> None:
         trips.checkouts += 1
+        driver = dbapi_connection.driver_connection
+        if driver not in logged:
+            driver.add_query_logger(on_query)
+            logged.append(driver)
 
     event.listen(engine, "before_cursor_execute", on_execute)
     event.listen(engine.pool, "checkout", on_checkout)
@@ -44,6 +61,8 @@ def counting(app: FastAPI) -> Iterator[Trips]:
     finally:
         event.remove(engine, "before_cursor_execute", on_execute)
         event.remove(engine.pool, "checkout", on_checkout)
+        for driver in logged:
+            driver.remove_query_logger(on_query)
 
 
 BODY = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
@@ -58,10 +77,28 @@ async def test_create_is_one_statement_after_auth_and_admission(
     Before the single executor: 6 statements on 3 connections."""
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=keys.a)
+        await asyncio.sleep(0)  # the driver's query loggers run on the next loop turn
     assert created.status_code == 202, created.text
     assert len(trips.statements) == 4, trips.statements
     assert trips.statements[-1].startswith("WITH input AS"), trips.statements
     assert trips.checkouts == 2
+    assert trips.control == ["BEGIN", "COMMIT"]  # the write's; authentication has none
+
+
+async def test_a_status_read_is_two_statements_without_transaction_round_trips(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """Authentication and the job row, each ONE statement on an autocommit checkout: no
+    BEGIN/ROLLBACK around either. Before: the same two statements plus two BEGIN, two
+    ROLLBACK and a three-round-trip pre-ping per checkout (12 round trips, now 4)."""
+    created = (await client.post("/v1/jobs", json=BODY, headers=keys.a)).json()
+    with counting(app) as trips:
+        read = await client.get(f"/v1/jobs/{created['id']}", headers=keys.a)
+        await asyncio.sleep(0)
+    assert read.status_code == 200, read.text
+    assert len(trips.statements) == 2, trips.statements
+    assert trips.checkouts == 2
+    assert trips.control == []
 
 
 async def test_create_with_idempotency_key(

@@ -39,6 +39,13 @@ SELECT table_name::text, column_name::text, data_type::text, is_nullable::text,
   FROM information_schema.columns
  WHERE table_schema = 'public' AND table_name <> 'alembic_version'
 """
+STORAGE = """
+SELECT relname::text,
+       coalesce((SELECT string_agg(o, ',' ORDER BY o) FROM unnest(reloptions) AS o), '')
+  FROM pg_class
+ WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'
+   AND relname <> 'alembic_version'
+"""
 TABLES = "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'"
 ROUTINES = """
 SELECT proname::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace
@@ -123,7 +130,12 @@ async def declared_schema(url: str) -> None:
 async def schema_diff(migrated: str, declared: str) -> dict[str, Snapshot]:
     """What one database has and the other lacks, per catalog query."""
     diff: dict[str, Snapshot] = {}
-    for label, sql in (("constraints", CONSTRAINTS), ("indexes", INDEXES), ("columns", COLUMNS)):
+    for label, sql in (
+        ("constraints", CONSTRAINTS),
+        ("indexes", INDEXES),
+        ("columns", COLUMNS),
+        ("storage", STORAGE),
+    ):
         have, want = await snapshot(migrated, sql), await snapshot(declared, sql)
         if have ^ want:
             diff[label] = have ^ want
@@ -131,8 +143,8 @@ async def schema_diff(migrated: str, declared: str) -> dict[str, Snapshot]:
 
 
 async def test_migrated_schema_equals_declared_schema(pg_server: Server) -> None:
-    """Every constraint (CHECKs included), index and column, compared as PostgreSQL
-    renders them."""
+    """Every constraint (CHECKs included), index, column and table storage parameter,
+    compared as PostgreSQL renders them."""
     async with (
         pg_server.scratch_database() as migrated,
         pg_server.scratch_database() as declared,
@@ -140,6 +152,8 @@ async def test_migrated_schema_equals_declared_schema(pg_server: Server) -> None
         await alembic(migrated, "upgrade", "head")
         await declared_schema(declared)
         assert await schema_diff(migrated, declared) == {}
+        storage = dict(await snapshot(migrated, STORAGE))
+        assert "fillfactor=80" in storage["jobs"].split(",")  # not two empty sets
 
 
 async def test_schema_diff_notices_a_changed_check(pg_server: Server) -> None:

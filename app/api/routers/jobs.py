@@ -188,7 +188,7 @@ async def list_jobs(
         before_seq=_parse_cursor(cursor),
         limit=limit,
     )
-    async with api.engine.connect() as conn:
+    async with api.reads.connect() as conn:
         rows = await reads.list_jobs(conn, page, now=api.clock.now())
         shown = rows[:limit]
         stages = await reads.stages_for(conn, [row.id for row in shown])
@@ -236,7 +236,7 @@ async def get(
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database
         job, public = await read_status_once(
-            state.engine, job_id, owner=visible_owner(principal), clock=state.clock
+            state.reads, job_id, owner=visible_owner(principal), clock=state.clock
         )
         found = status_headers(job, public)
     else:  # a held read: from the job's shared feed

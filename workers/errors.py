@@ -69,7 +69,7 @@ class LeaseLost(StopJob):
     """A fenced write matched no row (or the heartbeat lost the lease): write nothing more."""
 
 
-class Unreconciled(JobError):
+class UnreconciledError(JobError):
     """An external operation's outcome stayed unknown after its reconciliation budget:
     the job goes ``unresolved`` (reason ``unreconciled``) with the evidence, and an
     operator decides (``resume`` reconciles again before anything is repeated)."""

@@ -39,7 +39,7 @@ from app.db.external import RELEASE_DESTINATION_SLOT, TRY_DESTINATION_SLOT
 from app.destinations import Destination
 from app.lifecycle import Reason
 from app.transitions import OperationEntry
-from workers.errors import PermanentError, RecoverableError, Unreconciled, WaitStop
+from workers.errors import PermanentError, RecoverableError, UnreconciledError, WaitStop
 
 if TYPE_CHECKING:
     from workers.context import JobContext
@@ -131,7 +131,7 @@ class ExternalOperations:
                 if verdict == Verdict.APPLIED:
                     return Receipt(oid, "adopted", found)
                 if verdict == Verdict.UNDECIDED:
-                    raise Unreconciled(
+                    raise UnreconciledError(
                         f"the outcome of {op.step} at {op.destination} is unknown",
                         evidence={"operation_id": str(oid), "destination": op.destination, **found},
                     )
@@ -158,8 +158,9 @@ class ExternalOperations:
                 continue
             status = answer.status_code
             if status == 202:
-                await self._record(op, oid, "awaiting_confirmation", "awaiting_confirmation",
-                                   status=status)
+                await self._record(
+                    op, oid, "awaiting_confirmation", "awaiting_confirmation", status=status
+                )
                 raise WaitStop(
                     Reason.EXTERNAL,
                     deadline_seconds=destination.confirm_deadline_seconds,
@@ -167,8 +168,9 @@ class ExternalOperations:
                 )
             if 200 <= status < 300:
                 receipt = _receipt(answer)
-                await self._record(op, oid, "confirmed", "confirmed", status=status,
-                                   receipt=receipt)
+                await self._record(
+                    op, oid, "confirmed", "confirmed", status=status, receipt=receipt
+                )
                 return Receipt(oid, "confirmed", receipt)
             if 400 <= status < 500 and status not in {408, 409, 425, 429}:
                 await self._record(op, oid, "refused", "refused", status=status)
@@ -196,14 +198,16 @@ class ExternalOperations:
                 continue
             if answer.status_code == 200:
                 receipt = _receipt(answer)
-                await self._record(op, oid, "adopted", "confirmed", checks=1,
-                                   status=200, receipt=receipt)
+                await self._record(
+                    op, oid, "adopted", "confirmed", checks=1, status=200, receipt=receipt
+                )
                 return Verdict.APPLIED, receipt
             if answer.status_code == 404:
                 await self._record(op, oid, "not_applied_found", "intended", checks=1, status=404)
                 return Verdict.NOT_APPLIED, {}
-            await self._record(op, oid, "undecided", "uncertain", checks=1,
-                               status=answer.status_code)
+            await self._record(
+                op, oid, "undecided", "uncertain", checks=1, status=answer.status_code
+            )
             evidence = {"checks": check + 1, "last_http_status": answer.status_code}
         return Verdict.UNDECIDED, evidence
 
@@ -242,14 +246,14 @@ class ExternalOperations:
             taken: int | None = None
             while taken is None:
                 for slot in random.sample(range(limit), limit):
-                    got = (await conn.execute(TRY_DESTINATION_SLOT, {"name": name, "slot": slot}))
+                    got = await conn.execute(TRY_DESTINATION_SLOT, {"name": name, "slot": slot})
                     await conn.commit()
                     if got.scalar_one():
                         taken = slot
                         break
                 else:
                     await self.ctx.safe_point()
-                    await self.ctx.sleep(SLOT_POLL_SECONDS * (0.5 + random.random()))
+                    await self.ctx.sleep(SLOT_POLL_SECONDS * (0.5 + random.random()))  # noqa: S311 - jitter
             try:
                 yield
             finally:

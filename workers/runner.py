@@ -8,7 +8,7 @@ How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
 * :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
 * :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
 * :class:`~workers.errors.WaitStop` (a review gate, an external confirmation) -> ``wait``;
-* :class:`~workers.errors.Unreconciled` (an external operation's outcome stayed unknown)
+* :class:`~workers.errors.UnreconciledError` (an external operation's outcome stayed unknown)
   -> ``give_up`` with reason ``unreconciled`` and the evidence;
 * a publication that cannot make the result owner-retrievable (storage refuses) ->
   ``fail`` (``publication_failed``): delivery ``blocked``, never a silent retry loop;
@@ -54,7 +54,7 @@ from workers.errors import (
     LeaseLost,
     PermanentError,
     ReleaseStop,
-    Unreconciled,
+    UnreconciledError,
     WaitStop,
     describe_unknown,
 )
@@ -123,7 +123,7 @@ class JobRunner:
             return await self._release(ctx)
         except WaitStop as stop:
             return await self._wait(ctx, stop)
-        except Unreconciled as exc:
+        except UnreconciledError as exc:
             return await self._unreconciled(ctx, exc.as_doc())
         except PermanentError as exc:
             return await self._fail(ctx, exc.as_doc())

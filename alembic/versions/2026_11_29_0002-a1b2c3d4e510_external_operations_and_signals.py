@@ -31,10 +31,16 @@ def upgrade() -> None:
         sa.Column("last_error_class", sa.Text(), nullable=True),
         sa.Column("receipt", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint(
             "state IN ('awaiting_confirmation', 'confirmed', 'intended', 'refused', 'uncertain')",
@@ -57,7 +63,10 @@ def upgrade() -> None:
         sa.Column("job_id", sa.UUID(), nullable=False),
         sa.Column("event_id", sa.Text(), nullable=False),
         sa.Column(
-            "received_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "received_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column("actor", sa.Text(), nullable=False),
         sa.Column("data", postgresql.JSONB(astext_type=sa.Text()), nullable=True),

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
 from app.db.schema import (
     api_keys,
     attempts,
@@ -25,7 +26,6 @@ from app.db.schema import (
     job_stages,
     jobs,
 )
-from app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
 from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState, TransitionName
 
 

@@ -8,8 +8,9 @@ is illegal, stale or aimed at a missing job returns :class:`Rejected`; nothing i
 silently skipped and a terminal state is never rewritten.
 
 Split by who calls it: :mod:`.requests` (creation, clients, reviewers, operators),
-:mod:`.worker` (the lease holder), :mod:`.maintenance` (reaper, sweeper), :mod:`.waits` (review decisions and signals,
-which lose to a passed deadline), :mod:`.operations` (external operation records).
+:mod:`.worker` (the lease holder), :mod:`.maintenance` (reaper, sweeper), :mod:`.waits`
+(review decisions and signals, which lose to a passed deadline), :mod:`.operations`
+(external operation records).
 
 Lock order (documented once, followed everywhere): the ``jobs`` row first, then its
 ``attempts``/``job_stages``/``job_checkpoints`` rows; batches lock jobs in id order.

@@ -93,4 +93,3 @@ class OperationMoves(Service):
                 },
             )
         return outcome
-

@@ -73,9 +73,7 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
         locked = await self._lock(conn, job_id, owner)
         if locked is None:
             return Rejected(_N.RECEIVE_EVENT, RejectReason.NOT_FOUND)
-        found = (
-            await conn.execute(FIND_SIGNAL, {"job_id": job_id, "event_id": event_id})
-        ).first()
+        found = (await conn.execute(FIND_SIGNAL, {"job_id": job_id, "event_id": event_id})).first()
         if found is not None:
             return SignalOutcome(found, replayed=True)
         outcome = await self.receive_event(

@@ -101,6 +101,9 @@ class JobContext:
         self.cancel_requested = False
         self.draining = False
         self.publishing = False
+        self.past_no_return = False
+        """An external publication has started: a cancel or a drain no longer stops the
+        job at a safe point (SPEC: a cancel that arrives during publication loses)."""
         self._lost = asyncio.Event()
         self._checkpoints: dict[tuple[str, str], Any] | None = None
 
@@ -145,6 +148,8 @@ class JobContext:
         the worker is shutting down. Nothing half-done is left behind at this point."""
         if self.lost:
             raise LeaseLost(str(self.job_id))
+        if self.past_no_return:
+            return
         if self.cancel_requested:
             raise CancelStop(str(self.job_id))
         if self.draining:

@@ -64,7 +64,8 @@ async def run(ctx: JobContext) -> PublishPlan:
         await ctx.checkpoint("review", REVIEW_UNIT)
 
     await ctx.enter_stage("publish")
-    await ctx.safe_point()
+    await ctx.safe_point()  # a cancel before the publication starts wins
+    ctx.past_no_return = True  # from here on, publication settles; a late cancel loses
     receipt = await ctx.external.perform(
         Operation(
             step="publish",

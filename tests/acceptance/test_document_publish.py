@@ -308,7 +308,7 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
     """20 rounds: a worker is killed -9 while the destination has applied its
     publication and holds the answer; the next attempt reconciles and adopts."""
     rounds = 20
-    w = world(destination={"timeout_seconds": 60}, workers=0, lease_seconds=1.5)
+    w = world(destination={"timeout_seconds": 60}, workers=0, lease_seconds=3.0)
     await w.control(default="apply_then_hang", hang_seconds=120)
     jobs = [await w.submit(document(sections=1)) for _ in range(rounds)]
     spare = 0
@@ -321,13 +321,15 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
     spawn()
     spawn()
     approvals = asyncio.gather(*(w.approve(job) for job in jobs))
-    killed: set[str] = set()
-    while len(killed) < rounds:
-        applied = set((await w.stats())["applications"]) - killed
+    seen: set[str] = set()
+    kills = 0
+    while len(seen) < rounds:
+        applied = set((await w.stats())["applications"]) - seen
         if not applied:
             await asyncio.sleep(0.1)
             continue
         for operation_id in applied:
+            seen.add(operation_id)
             async with engine.connect() as conn:
                 holder = (
                     await conn.execute(
@@ -338,10 +340,11 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
                         {"id": uuid.UUID(operation_id)},
                     )
                 ).scalar_one()
-            victim = next(p for p in w.workers if p.name == holder and p.alive())
-            victim.kill()
-            killed.add(operation_id)
-            spawn()
+            victims = [p for p in w.workers if p.name == holder and p.alive()]
+            for victim in victims:  # it holds the call the destination applied
+                victim.kill()
+                kills += 1
+                spawn()
     await approvals
     await w.control(default="ok")
     finals = await asyncio.gather(*(w.finished(job, timeout=180) for job in jobs))
@@ -350,6 +353,7 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
     assert len(stats["applications"]) == rounds
     assert set(stats["applications"].values()) == {1}  # never two applications
     assert stats["posts"] == rounds
+    assert kills == rounds, kills
     for job in jobs:
         assert "adopted" in operations(await w.history(job))
 

@@ -302,6 +302,7 @@ async def test_destination_limit_holds_across_three_worker_processes(world: Star
     assert len(workers) >= 1
 
 
+@pytest.mark.timeout(900)  # 20 worker processes start one after another (~90 s when idle)
 async def test_kill_9_between_applying_and_recording_never_applies_twice(
     world: Start, engine: AsyncEngine
 ) -> None:
@@ -330,17 +331,18 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
             continue
         for operation_id in applied:
             seen.add(operation_id)
-            async with engine.connect() as conn:
-                holder = (
+            async with engine.connect() as conn:  # the worker that sent it (and hangs)
+                sender = (
                     await conn.execute(
                         text(
-                            "SELECT j.worker_id FROM external_operations o"
-                            " JOIN jobs j ON j.id = o.job_id WHERE o.id = :id"
+                            "SELECT actor FROM job_history WHERE transition = 'record_operation'"
+                            " AND event_id = :id AND data ->> 'outcome' = 'attempted'"
+                            " ORDER BY seq DESC LIMIT 1"
                         ),
-                        {"id": uuid.UUID(operation_id)},
+                        {"id": operation_id},
                     )
                 ).scalar_one()
-            victims = [p for p in w.workers if p.name == holder and p.alive()]
+            victims = [p for p in w.workers if f"worker:{p.name}" == sender and p.alive()]
             for victim in victims:  # it holds the call the destination applied
                 victim.kill()
                 kills += 1

@@ -111,6 +111,13 @@ STATE_REASONS: Final = MappingProxyType(
 CANCEL_TOO_LATE: Final = "cancel_too_late"
 """History reason of a cancel that found the job terminal: recorded, changes nothing."""
 
+DECISION_TOO_LATE: Final = "decision_too_late"
+"""History reason of a review decision (or signal) that lost to the wait's deadline:
+recorded (``to`` = ``from``, the state the deadline left), changes nothing."""
+
+OPERATION_RECORDED: Final = "operation"
+"""History reason of an external operation's entry (a ``record_operation`` row)."""
+
 
 class DeliveryState(StrEnum):
     """Where the result stands. Partial and staged files are never downloadable."""
@@ -214,15 +221,18 @@ class TransitionName(StrEnum):
     OPERATOR_CANCEL = "operator_cancel"
     OPERATOR_FAIL = "operator_fail"
     REPLAY = "replay"
+    RECORD_OPERATION = "record_operation"
 
 
 class Guard(StrEnum):
     """A precondition beyond the source state, checked in the same compare-and-set."""
 
     AWAITING_REVIEW = "awaiting_review"
-    """The job waits with reason ``review`` (only a review decides it)."""
+    """The job waits with reason ``review`` and its deadline has not passed (only a
+    review decides it; once the deadline passed, the deadline's rule wins)."""
     AWAITING_EVENT = "awaiting_event"
-    """The job waits with reason ``external`` (only the awaited event resumes it)."""
+    """The job waits with reason ``external`` and its deadline has not passed (only the
+    awaited event resumes it)."""
     LEASE_EXPIRED = "lease_expired"
     """The holder's lease ran out (the reaper's moves)."""
     DEADLINE_RULE_FAIL = "deadline_rule_fail"
@@ -638,6 +648,13 @@ TRANSITIONS: Final = MappingProxyType(
                 {None: _Q},
                 "An operator re-runs a terminal job as a new job.",
                 actors=(_OPERATOR,),
+            ),
+            _t(
+                _N.RECORD_OPERATION,
+                _BOOKKEEPING,
+                "An external operation was attempted, confirmed, found uncertain, "
+                "reconciled or adopted (its entry: operation id, outcome, HTTP status).",
+                fenced=True,
             ),
         )
     }

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.destinations import DESTINATION_NAME, Destination
 
 
 class Settings(BaseSettings):
@@ -121,6 +124,26 @@ class Settings(BaseSettings):
             "from the request's Host header. Unset: derived from the bind address."
         ),
     )
+
+    destinations: dict[str, Destination] = Field(
+        default_factory=dict,
+        description=(
+            "The allow-list of external destinations, as JSON: name -> {url, "
+            "timeout_seconds, concurrency, reconcile_checks, reconcile_interval_seconds, "
+            "confirm_deadline_seconds}. Jobs name a destination, never a URL."
+        ),
+    )
+    document_time_scale: float = Field(
+        default=1.0, ge=0, description="Scales the simulated extract cost of document.publish."
+    )
+
+    @field_validator("destinations")
+    @classmethod
+    def _destination_names(cls, value: dict[str, Destination]) -> dict[str, Destination]:
+        for name in value:
+            if not re.match(DESTINATION_NAME, name):
+                raise ValueError(f"destination name {name!r} must match {DESTINATION_NAME}")
+        return value
 
     @model_validator(mode="after")
     def _room_beside_watchers(self) -> Settings:

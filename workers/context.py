@@ -22,11 +22,20 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import reads
-from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState
+from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, TransitionName
 from app.settings import Settings
 from app.storage import ResultStore, StoredFile
-from app.transitions import Actor, Applied, MoveResult, Rejected, RejectReason, Transitions
-from workers.errors import CancelStop, LeaseLost, PermanentError, ReleaseStop
+from app.transitions import (
+    Actor,
+    Applied,
+    MoveResult,
+    OperationEntry,
+    Rejected,
+    RejectReason,
+    Transitions,
+)
+from workers.errors import CancelStop, LeaseLost, PermanentError, ReleaseStop, WaitStop
+from workers.external import ExternalOperations
 
 T = TypeVar("T")
 
@@ -92,6 +101,9 @@ class JobContext:
         self.cancel_requested = False
         self.draining = False
         self.publishing = False
+        self.past_no_return = False
+        """An external publication has started: a cancel or a drain no longer stops the
+        job at a safe point (SPEC: a cancel that arrives during publication loses)."""
         self._lost = asyncio.Event()
         self._checkpoints: dict[tuple[str, str], Any] | None = None
 
@@ -136,6 +148,8 @@ class JobContext:
         the worker is shutting down. Nothing half-done is left behind at this point."""
         if self.lost:
             raise LeaseLost(str(self.job_id))
+        if self.past_no_return:
+            return
         if self.cancel_requested:
             raise CancelStop(str(self.job_id))
         if self.draining:
@@ -234,6 +248,30 @@ class JobContext:
         await self._fenced(
             lambda c: t.stage_output(c, self.job_id, self.attempt_id, delivery, actor=self.actor)
         )
+
+    # -- waits and external operations ---------------------------------------------------
+
+    @property
+    def external(self) -> ExternalOperations:
+        """External operations with stable ids, reconciled before any repeat."""
+        return ExternalOperations(self, self.settings.destinations)
+
+    async def record_operation(self, entry: OperationEntry) -> None:
+        """One outcome of an external operation: a history entry and the operation's
+        row, fenced like every write of this attempt."""
+        t = self.transitions
+        await self._fenced(
+            lambda c: t.record_operation(c, self.job_id, self.attempt_id, entry, actor=self.actor)
+        )
+
+    async def review_approved(self) -> bool:
+        """Whether a reviewer approved this job (at an earlier review gate)."""
+        async with self.engine.connect() as conn:
+            return await reads.has_transition(conn, self.job_id, TransitionName.APPROVE)
+
+    def wait_for_review(self, *, deadline_seconds: float, on_deadline: str) -> WaitStop:
+        """The stop that makes the job wait for a reviewer (raise it)."""
+        return WaitStop(Reason.REVIEW, deadline_seconds=deadline_seconds, on_deadline=on_deadline)
 
     # -- private files ---------------------------------------------------------------------
 

@@ -67,3 +67,29 @@ class ReleaseStop(StopJob):
 
 class LeaseLost(StopJob):
     """A fenced write matched no row (or the heartbeat lost the lease): write nothing more."""
+
+
+class UnreconciledError(JobError):
+    """An external operation's outcome stayed unknown after its reconciliation budget:
+    the job goes ``unresolved`` (reason ``unreconciled``) with the evidence, and an
+    operator decides (``resume`` reconciles again before anything is repeated)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, evidence: dict[str, Any]) -> None:
+        super().__init__("unreconciled", message)
+        self.evidence = evidence
+
+    def as_doc(self) -> dict[str, Any]:
+        return error_doc(self.code, self.message, retryable=True, evidence=self.evidence)
+
+
+class WaitStop(StopJob):
+    """The job reached a business wait (a review gate, an external confirmation):
+    ``running -> waiting`` with ``reason``, a deadline and its rule."""
+
+    def __init__(self, reason: str, *, deadline_seconds: float, on_deadline: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.deadline_seconds = deadline_seconds
+        self.on_deadline = on_deadline

@@ -7,6 +7,11 @@ How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
   into the owner's area -> ``publish``, one transaction) -> ``succeeded``;
 * :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
 * :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
+* :class:`~workers.errors.WaitStop` (a review gate, an external confirmation) -> ``wait``;
+* :class:`~workers.errors.UnreconciledError` (an external operation's outcome stayed unknown)
+  -> ``give_up`` with reason ``unreconciled`` and the evidence;
+* a publication that cannot make the result owner-retrievable (storage refuses) ->
+  ``fail`` (``publication_failed``): delivery ``blocked``, never a silent retry loop;
 * :class:`~workers.errors.PermanentError` -> ``fail``; so does a move the lifecycle
   refuses while the attempt still holds the job (``illegal_move``: a delivery going
   backwards, a partial package handed to publication);
@@ -27,11 +32,19 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.lifecycle import AttemptOutcome, JobState
+from app.lifecycle import AttemptOutcome, JobState, Reason
 from app.logs import get_logger
 from app.settings import Settings
-from app.storage import ResultStore
-from app.transitions import Actor, Applied, MoveResult, Rejected, RejectReason, Transitions
+from app.storage import ResultStore, StorageError
+from app.transitions import (
+    Actor,
+    Applied,
+    MoveResult,
+    Rejected,
+    RejectReason,
+    Transitions,
+    error_doc,
+)
 from workers import retry
 from workers.completer import Completer
 from workers.context import ClaimedJob, JobContext, raise_if_illegal
@@ -41,6 +54,8 @@ from workers.errors import (
     LeaseLost,
     PermanentError,
     ReleaseStop,
+    UnreconciledError,
+    WaitStop,
     describe_unknown,
 )
 from workers.handlers.base import Handler, PublishPlan
@@ -106,6 +121,10 @@ class JobRunner:
             return await self._cancel(ctx)
         except ReleaseStop:
             return await self._release(ctx)
+        except WaitStop as stop:
+            return await self._wait(ctx, stop)
+        except UnreconciledError as exc:
+            return await self._unreconciled(ctx, exc.as_doc())
         except PermanentError as exc:
             return await self._fail(ctx, exc.as_doc())
         except asyncio.CancelledError:
@@ -136,7 +155,8 @@ class JobRunner:
         # Nothing to move and nothing to wait for: join the next group commit. If the
         # batch refuses it (without saying why), the one-job path below finds out: a
         # lost lease, or a result the lifecycle will not publish.
-        completer = self.completer if not plan.files and plan.hold_seconds <= 0 else None
+        simple = not plan.files and plan.hold_seconds <= 0 and plan.reference is None
+        completer = self.completer if simple else None
         if completer is not None and await asyncio.shield(completer.publish(ctx)):
             return AttemptOutcome.SUCCEEDED
         # Shielded: once the row lock is taken the publication runs to its commit,
@@ -148,6 +168,21 @@ class JobRunner:
                 await asyncio.to_thread(self.store.remove_published, ctx.job.owner, ctx.job_id)
             raise_if_illegal(refused.outcome)  # still ours: fail (a partial package)
             published = False
+        except (StorageError, OSError) as exc:
+            # Owner retrieval cannot be established (the transaction rolled back): the
+            # job fails with a readable error and its private outputs become blocked.
+            await asyncio.to_thread(self.store.remove_published, ctx.job.owner, ctx.job_id)
+            log.warning(
+                "job.publication_failed", job_id=str(ctx.job_id), error_class=type(exc).__name__
+            )
+            return await self._fail(
+                ctx,
+                error_doc(
+                    "publication_failed",
+                    f"the result could not be made retrievable ({type(exc).__name__})",
+                    retryable=False,
+                ),
+            )
         if not published:
             return self._lost(ctx)
         log.info("job.succeeded", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
@@ -169,7 +204,7 @@ class JobRunner:
                 conn,
                 ctx.job_id,
                 ctx.attempt_id,
-                result_ref={"files": [f.as_dict() for f in files]},
+                result_ref={"files": [f.as_dict() for f in files], **(plan.reference or {})},
                 ttl_seconds=self.settings.result_ttl_seconds,
                 actor=self.actor,
             )
@@ -210,6 +245,49 @@ class JobRunner:
             return self._lost(ctx)
         log.info("job.released", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
         return AttemptOutcome.RELEASED
+
+    async def _wait(self, ctx: JobContext, stop: WaitStop) -> AttemptOutcome:
+        t = self.transitions
+        outcome = await self._end(
+            ctx,
+            lambda c: t.wait(
+                c,
+                ctx.job_id,
+                ctx.attempt_id,
+                reason=Reason(stop.reason),
+                deadline_seconds=stop.deadline_seconds,
+                on_deadline=stop.on_deadline,
+                actor=self.actor,
+            ),
+        )
+        if _cancel_pending(outcome):
+            return await self._cancel(ctx)
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        log.info("job.waiting", job_id=str(ctx.job_id), reason=stop.reason)
+        return AttemptOutcome.WAITING
+
+    async def _unreconciled(self, ctx: JobContext, error: dict[str, Any]) -> AttemptOutcome:
+        if ctx.cancel_requested:
+            return await self._cancel(ctx)
+        t = self.transitions
+        outcome = await self._end(
+            ctx,
+            lambda c: t.give_up(
+                c,
+                ctx.job_id,
+                ctx.attempt_id,
+                error=error,
+                reason=Reason.UNRECONCILED,
+                actor=self.actor,
+            ),
+        )
+        if _cancel_pending(outcome):
+            return await self._cancel(ctx)
+        if not isinstance(outcome, Applied):
+            return self._lost(ctx)
+        log.info("job.unreconciled", job_id=str(ctx.job_id))
+        return AttemptOutcome.UNRESOLVED
 
     async def _fail(self, ctx: JobContext, error: dict[str, Any]) -> AttemptOutcome:
         t = self.transitions

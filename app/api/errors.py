@@ -105,6 +105,14 @@ class NotAwaitingReviewError(JobStateConflictError):
     slug, title = "not-awaiting-review", "The job is not waiting for review"
 
 
+class NotAwaitingSignalError(JobStateConflictError):
+    slug, title = "not-awaiting-signal", "The job is not waiting for an external event"
+
+
+class DecisionTooLateError(JobStateConflictError):
+    slug, title = "decision-too-late", "The wait's deadline passed; the decision lost"
+
+
 class ResultNotReadyError(ApiError):
     status, slug, title = 409, "result-not-ready", "The result is not available"
 

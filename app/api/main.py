@@ -22,7 +22,7 @@ from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
-from app.api.routers import events, health, jobs, operations, results, reviews
+from app.api.routers import events, health, jobs, operations, results, reviews, signals
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
@@ -44,6 +44,10 @@ TAGS = [
     {"name": "events", "description": "Server-Sent Events of a job's transitions."},
     {"name": "results", "description": "Result references and signed downloads."},
     {"name": "reviews", "description": "Review gates (reviewer role)."},
+    {
+        "name": "signals",
+        "description": "External events for jobs waiting for one (deduplicated by event id).",
+    },
     {"name": "operations", "description": "Operator decisions and the queue view."},
     {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
 ]
@@ -103,6 +107,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         events.router,
         results.router,
         reviews.router,
+        signals.router,
         operations.router,
         health.router,
     ):

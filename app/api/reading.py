@@ -14,15 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.api.errors import (
     ApiError,
     CancelTooLateError,
+    DecisionTooLateError,
     JobNotFoundError,
     JobStateConflictError,
     NotAwaitingReviewError,
+    NotAwaitingSignalError,
 )
 from app.api.schemas import JobPublic
 from app.api.views import etag, job_status, retry_after_seconds
 from app.clock import Clock
 from app.db import reads
-from app.lifecycle import TERMINAL_STATES, JobState, TransitionName, is_terminal
+from app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
 from app.transitions import Applied, MoveResult, Rejected, RejectReason
 
 
@@ -119,6 +121,18 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
     if name == TransitionName.REQUEST_CANCEL:
         return JobStateConflictError(
             f"A {public.state.value} job is canceled by an operator decision", **facts
+        )
+    if name in {TransitionName.APPROVE, TransitionName.REJECT, TransitionName.RECEIVE_EVENT} and (
+        public.reason in {Reason.DEADLINE_PASSED, Reason.DEADLINE_ESCALATED}
+    ):
+        return DecisionTooLateError(
+            f"The wait's deadline passed first; the job is {public.state.value}", **facts
+        )
+    if name == TransitionName.RECEIVE_EVENT:
+        return NotAwaitingSignalError(
+            f"The job is {public.state.value} ({public.reason.value}), "
+            "not waiting for an external event",
+            **facts,
         )
     if name in {TransitionName.APPROVE, TransitionName.REJECT}:
         return NotAwaitingReviewError(

@@ -7,13 +7,14 @@ are part of the contract (SPEC section 3).
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from app.kinds import KINDS, KindSpec
 from app.lifecycle import DeliveryState, JobState, Reason
@@ -111,6 +112,36 @@ class OperatorNote(StrictModel):
     note: str | None = Field(default=None, max_length=2000)
 
 
+class CancelCreate(StrictModel):
+    """Optional body of a cancel: a note recorded in the job's history (an operator's
+    cancel of unresolved or waiting work says why)."""
+
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class SignalCreate(StrictModel):
+    """An external event for a job waiting with reason ``external``."""
+
+    event_id: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The event's identity: a repeat with the same id is recorded once.",
+    )
+    data: dict[str, Any] | None = Field(
+        default=None, description="A small JSON object (at most 4096 bytes serialized)."
+    )
+
+    @field_validator("data")
+    @classmethod
+    def _small(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(json.dumps(value)) > SIGNAL_MAX_BYTES:
+            raise ValueError(f"data must serialize to at most {SIGNAL_MAX_BYTES} bytes")
+        return value
+
+
+SIGNAL_MAX_BYTES = 4096
+
+
 class ReviewDecision(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
@@ -130,6 +161,11 @@ class ErrorPublic(BaseModel):
     code: str
     message: str
     retryable: bool
+    evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="What automation knew when it gave up (e.g. an unreconciled "
+        "operation: its id, destination, checks, last HTTP status or error class).",
+    )
 
 
 class StagePublic(BaseModel):
@@ -239,6 +275,23 @@ class HistoryItem(BaseModel):
         description="How many identical requests this item stands for: a late cancel "
         "repeated by the same actor is recorded once, with a count.",
     )
+    data: dict[str, Any] | None = Field(
+        default=None,
+        description="What the move recorded besides its columns: an error, a deadline, "
+        "an external operation's entry (operation_id, outcome, http_status, "
+        "error_class; never a payload or a secret).",
+    )
+
+
+class SignalPublic(BaseModel):
+    """A received signal and its first outcome (a repeat answers the same)."""
+
+    job_id: uuid.UUID
+    event_id: str
+    received_at: datetime
+    actor: str
+    state: JobState = Field(description="The job's state right after the first delivery.")
+    reason: Reason = Field(description="The job's reason right after the first delivery.")
 
 
 class HistoryPage(BaseModel):

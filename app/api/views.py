@@ -34,6 +34,7 @@ def _error(value: Mapping[str, Any] | None) -> ErrorPublic | None:
         code=str(value.get("code", "error")),
         message=str(value.get("message", "")),
         retryable=bool(value.get("retryable", False)),
+        evidence=value.get("evidence") if isinstance(value.get("evidence"), dict) else None,
     )
 
 
@@ -125,6 +126,7 @@ def history_item(row: Any) -> HistoryItem:
             "event_id": row.event_id,
             "note": row.note,
             "count": int((row.data or {}).get("count", 1)),
+            "data": row.data,
         }
     )
 

@@ -193,6 +193,24 @@ def serve(
         raise typer.Exit(1)
 
 
+@app.command("dev-destination")
+def dev_destination(
+    host: Annotated[str, typer.Option(help="Bind address.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port.")] = 8900,
+    data: Annotated[
+        Path, typer.Option(help="SQLite file of applied publications (durable).")
+    ] = Path(".atlas/dev-destination.sqlite3"),
+) -> None:
+    """Run the test destination (publications, scripted failures) for demos and tests."""
+    import asyncio
+
+    from app.devtools.destination import serve as serve_destination
+
+    data.parent.mkdir(parents=True, exist_ok=True)
+    typer.echo(f"test destination on http://{host}:{port} (record: {data})")
+    asyncio.run(serve_destination(host, port, data))
+
+
 @app.command()
 def openapi(
     output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,

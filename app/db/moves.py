@@ -146,8 +146,14 @@ _INPUT_FIELDS: tuple[tuple[str, str], ...] = (
 
 _GUARDS: dict[Guard, tuple[str, str]] = {
     # guard: (the SQL condition on j, the column of the refusal read that tells it)
-    Guard.AWAITING_REVIEW: (f"j.reason = '{Reason.REVIEW}'", "awaiting_review"),
-    Guard.AWAITING_EVENT: (f"j.reason = '{Reason.EXTERNAL}'", "awaiting_event"),
+    Guard.AWAITING_REVIEW: (
+        f"j.reason = '{Reason.REVIEW}' AND j.wait_deadline_at > {NOW}",
+        "awaiting_review",
+    ),
+    Guard.AWAITING_EVENT: (
+        f"j.reason = '{Reason.EXTERNAL}' AND j.wait_deadline_at > {NOW}",
+        "awaiting_event",
+    ),
     Guard.LEASE_EXPIRED: (f"j.lease_expires_at <= {NOW}", "lease_expired"),
     Guard.DEADLINE_RULE_FAIL: (
         f"j.wait_deadline_at <= {NOW} AND j.wait_on_deadline = 'fail'",
@@ -166,8 +172,10 @@ _OWNER = "(CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))"
 _REFUSALS = text(f"""
 SELECT j.*,
        (j.lease_expires_at > {NOW}) IS TRUE AS lease_live,
-       {_GUARDS[Guard.AWAITING_REVIEW][0]} AS awaiting_review,
-       {_GUARDS[Guard.AWAITING_EVENT][0]} AS awaiting_event,
+       ({_GUARDS[Guard.AWAITING_REVIEW][0]}) IS TRUE AS awaiting_review,
+       ({_GUARDS[Guard.AWAITING_EVENT][0]}) IS TRUE AS awaiting_event,
+       (j.state = '{JobState.WAITING}' AND j.wait_deadline_at <= {NOW}) IS TRUE
+           AS deadline_passed,
        ({_GUARDS[Guard.LEASE_EXPIRED][0]}) IS TRUE AS lease_expired,
        ({_GUARDS[Guard.DEADLINE_RULE_FAIL][0]}) IS TRUE AS deadline_fail,
        ({_GUARDS[Guard.DEADLINE_RULE_ESCALATE][0]}) IS TRUE AS deadline_escalate

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
 from app.db.schema import (
     api_keys,
     attempts,
@@ -25,7 +26,7 @@ from app.db.schema import (
     job_stages,
     jobs,
 )
-from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState
+from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState, TransitionName
 
 
 async def get_job(
@@ -313,3 +314,19 @@ __all__ = [
     "stages_for",
     "unfinished_jobs",
 ]
+
+
+async def operation(conn: AsyncConnection, operation_id: uuid.UUID) -> Row[Any] | None:
+    """One external operation's record (what an attempt knows before calling again)."""
+    return (await conn.execute(GET_OPERATION, {"id": operation_id})).first()
+
+
+async def has_transition(conn: AsyncConnection, job_id: uuid.UUID, name: TransitionName) -> bool:
+    """Whether the job ever made the move ``name`` (e.g. was approved)."""
+    row = (await conn.execute(HAS_TRANSITION, {"job_id": job_id, "name": name.value})).first()
+    return bool(row and row.found)
+
+
+async def operations_of(conn: AsyncConnection, job_id: uuid.UUID) -> list[Row[Any]]:
+    """A job's external operations, oldest first."""
+    return list((await conn.execute(JOB_OPERATIONS, {"job_id": job_id})).all())

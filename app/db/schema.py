@@ -327,3 +327,52 @@ api_keys = Table(
         name="roles_known",
     ),
 )
+
+
+OPERATION_STATES: tuple[str, ...] = (
+    "intended",
+    "uncertain",
+    "awaiting_confirmation",
+    "confirmed",
+    "refused",
+)
+"""Where an external operation stands (``workers.external``): ``intended`` is recorded
+before the request leaves; ``uncertain`` after a timeout, reset or 5xx once sent;
+``awaiting_confirmation`` when the destination accepted it and confirms later (a
+signal); ``confirmed`` when the destination applied it (answered, or found applied by
+reconciliation); ``refused`` when it answered a definitive 4xx (nothing applied)."""
+
+external_operations = Table(
+    "external_operations",
+    metadata,
+    # f(job id, step): stable across attempts; sent as the destination's Idempotency-Key.
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("step", Text, nullable=False),
+    Column("destination", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("sends", Integer, nullable=False, server_default=text("0")),
+    Column("checks", Integer, nullable=False, server_default=text("0")),
+    Column("last_http_status", Integer),
+    Column("last_error_class", Text),
+    Column("receipt", JSONB),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("job_id", "step"),
+    CheckConstraint(f"state IN ({sql_list(OPERATION_STATES)})", name="state_known"),
+    CheckConstraint("sends >= 0 AND checks >= 0", name="counters_nonnegative"),
+)
+
+job_signals = Table(
+    "job_signals",
+    metadata,
+    # One row per (job, event id): a repeated event finds it and answers its outcome.
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("received_at", TZ, nullable=False, server_default=NOW),
+    Column("actor", Text, nullable=False),
+    Column("data", JSONB),
+    Column("outcome", JSONB, nullable=False),
+    PrimaryKeyConstraint("job_id", "event_id"),
+)

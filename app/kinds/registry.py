@@ -9,6 +9,7 @@ from types import MappingProxyType
 from pydantic import BaseModel
 
 from app.kinds.bundle import BundleInput
+from app.kinds.document import DocumentInput
 from app.kinds.noop import NoopInput
 
 
@@ -59,6 +60,19 @@ KINDS: Mapping[str, KindSpec] = MappingProxyType(
                 summary="Does nothing and succeeds; used by benchmarks and smoke checks.",
                 retry_base_seconds=0.1,
                 retry_max_seconds=5.0,
+            ),
+            KindSpec(
+                name="document.publish",
+                version=1,
+                input_model=DocumentInput,
+                max_attempts=5,
+                max_elapsed_seconds=7 * 86_400 + 3600,
+                summary=(
+                    "Extracts a document's sections, waits for a reviewer, then publishes "
+                    "it to a configured destination (reconciled before any repeat)."
+                ),
+                retry_base_seconds=0.5,
+                retry_max_seconds=30.0,
             ),
         )
     }

@@ -8,7 +8,9 @@ is illegal, stale or aimed at a missing job returns :class:`Rejected`; nothing i
 silently skipped and a terminal state is never rewritten.
 
 Split by who calls it: :mod:`.requests` (creation, clients, reviewers, operators),
-:mod:`.worker` (the lease holder), :mod:`.maintenance` (reaper, sweeper).
+:mod:`.worker` (the lease holder), :mod:`.maintenance` (reaper, sweeper), :mod:`.waits`
+(review decisions and signals, which lose to a passed deadline), :mod:`.operations`
+(external operation records).
 
 Lock order (documented once, followed everywhere): the ``jobs`` row first, then its
 ``attempts``/``job_stages``/``job_checkpoints`` rows; batches lock jobs in id order.
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
 from app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, NewJob, error_doc
-from app.transitions.maintenance import MaintenanceMoves
-from app.transitions.requests import RequestMoves
+from app.transitions.operations import OperationEntry, OperationMoves
+from app.transitions.waits import SignalOutcome, WaitMoves
 from app.transitions.worker import WorkerMoves
 
 
-class Transitions(RequestMoves, WorkerMoves, MaintenanceMoves):
+class Transitions(WaitMoves, WorkerMoves, OperationMoves):
     """Every named transition over one clock and lease length."""
 
 
@@ -38,8 +40,10 @@ __all__ = [
     "Applied",
     "MoveResult",
     "NewJob",
+    "OperationEntry",
     "RejectReason",
     "Rejected",
+    "SignalOutcome",
     "Step",
     "Transitions",
     "error_doc",

@@ -106,6 +106,7 @@ class RequestMoves(Service):
         actor: Actor,
         owner: str | None = None,
         request_id: str | None = None,
+        note: str | None = None,
     ) -> MoveResult:
         """Cancel: ``queued``/``waiting`` -> ``canceled``; ``running`` -> ``cancel_requested``.
 
@@ -116,7 +117,7 @@ class RequestMoves(Service):
         outcome = await self.executor.apply_one(
             conn,
             TRANSITIONS[_N.REQUEST_CANCEL],
-            Step(job_id, event_id=request_id),
+            Step(job_id, event_id=request_id, note=note),
             actor=actor,
             owner=owner,
         )
@@ -124,7 +125,7 @@ class RequestMoves(Service):
             return outcome
         if outcome.current == JobState.UNRESOLVED and actor.kind in OPERATOR_ACTORS:
             return await self.operator_decide(
-                conn, job_id, decision="cancel", actor=actor, note="canceled by an operator"
+                conn, job_id, decision="cancel", actor=actor, note=note or "canceled by an operator"
             )
         if outcome.current in TERMINAL_STATES:
             await conn.execute(

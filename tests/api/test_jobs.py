@@ -76,6 +76,7 @@ async def test_failed_job_shows_error_and_no_result_link(
         "code": "cannot_build",
         "message": "summary-source cannot be built",
         "retryable": False,
+        "evidence": None,
     }
     assert body["finished_at"] is not None
     assert body["links"]["result"] is None

@@ -72,6 +72,7 @@ def test_openapi_has_stable_operation_ids_tags_and_problem_answers() -> None:
         "results-get",
         "results-download",
         "reviews-create",
+        "signals-create",
         "operations-resume",
         "operations-fail",
         "operations-replay",

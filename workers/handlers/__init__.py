@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from app.kinds import KINDS, handler_key
-from workers.handlers import bundle, noop
+from workers.handlers import bundle, document, noop
 from workers.handlers.base import NO_FILES, Handler, PublishPlan
 
 HANDLERS: Mapping[str, Handler] = MappingProxyType(
     {
         handler_key("atlas.bundle", 1): bundle.run,
         handler_key("atlas.noop", 1): noop.run,
+        handler_key("document.publish", 1): document.run,
     }
 )
 

@@ -24,6 +24,7 @@ from app.api.reading import (
 )
 from app.api.responses import headers, problems
 from app.api.schemas import (
+    CancelCreate,
     HistoryPage,
     JobBatchCreate,
     JobBatchItemPublic,
@@ -265,14 +266,19 @@ async def get(
     },
 )
 async def cancel(
-    job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal, response: Response
+    job_id: uuid.UUID,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    response: Response,
+    body: CancelCreate | None = None,
 ) -> JobPublic:
     """Queued/waiting jobs cancel at once; running ones stop at their next safe point;
     an operator's cancel of unresolved work is an operator decision. A repeat after the
     cancel took effect answers the same way.
 
     A cancel that loses to a finished job is recorded in the history and answered 409
-    with the current state (the winner)."""
+    with the current state (the winner). An optional ``note`` is recorded with the
+    cancel (an operator says why)."""
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.request_cancel(
@@ -281,6 +287,7 @@ async def cancel(
             actor=actor_for(principal),
             owner=visible_owner(principal),
             request_id=request_id(),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     return settle(reply)

@@ -34,11 +34,14 @@ async def create_review(
     response: Response,
 ) -> JobPublic:
     """Only a job waiting with reason `review` can be decided; any other state or wait
-    is answered 409 with the current state. With the default review scope a reviewer
-    decides its own owner's jobs only: another owner's job is 404, as for any read."""
+    is answered 409 with the current state. A decision that arrives after the review
+    deadline loses to it (the deadline's rule is applied first): 409
+    `decision-too-late`, and the late decision is recorded in the history. With the
+    default review scope a reviewer decides its own owner's jobs only: another owner's
+    job is 404, as for any read."""
     bind_job(job_id)
     async with state.engine.begin() as conn:
-        outcome = await state.transitions.review(
+        outcome = await state.transitions.decide_review(
             conn,
             job_id,
             approve=body.decision == ReviewDecision.APPROVE,

@@ -1,0 +1,75 @@
+"""``POST /v1/jobs/{id}/signals``: an external event for a job waiting for one.
+
+The owner (or an operator) delivers it with an event id and a small JSON body. The
+first delivery resumes the job (``waiting`` -> ``queued``, ``event_received``) and is
+answered 202; a repeat of the same event id changes nothing and is answered 200 with
+the first outcome (``Idempotency-Replayed: true``). A job that is not waiting for an
+event answers 409; after the wait's deadline the deadline wins (409
+``decision-too-late``, recorded in the history).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Response, status
+
+from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from app.api.reading import problem_for
+from app.api.responses import headers, problems
+from app.api.routers.jobs import actor_for
+from app.api.schemas import SignalCreate, SignalPublic
+from app.transitions import Rejected
+
+router = APIRouter(prefix="/v1/jobs", tags=["signals"])
+
+
+@router.post(
+    "/{job_id}/signals",
+    name="create",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SignalPublic,
+    summary="Deliver an external event to a job waiting for one",
+    responses={
+        status.HTTP_202_ACCEPTED: {"description": "Received: the job resumes (queued)."},
+        status.HTTP_200_OK: {
+            "description": "A repeat of an event id already received: its first outcome.",
+            "model": SignalPublic,
+            "headers": headers("Idempotency-Replayed"),
+        },
+        **problems(400, 404, 409, 413, 415, 422),
+    },
+)
+async def create_signal(
+    job_id: uuid.UUID,
+    body: SignalCreate,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    response: Response,
+) -> SignalPublic:
+    bind_job(job_id)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.signal(
+            conn,
+            job_id,
+            event_id=body.event_id,
+            actor=actor_for(principal),
+            data=body.data,
+            owner=visible_owner(principal),
+        )
+        problem = await problem_for(conn, outcome) if isinstance(outcome, Rejected) else None
+    if problem is not None:
+        raise problem
+    assert not isinstance(outcome, Rejected)
+    record = outcome.record
+    if outcome.replayed:
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotency-Replayed"] = "true"
+    return SignalPublic(
+        job_id=record.job_id,
+        event_id=record.event_id,
+        received_at=record.received_at,
+        actor=record.actor,
+        state=record.outcome["state"],
+        reason=record.outcome["reason"],
+    )

@@ -1,0 +1,144 @@
+"""Ending a wait from outside: a reviewer's decision, an external signal.
+
+Both lose to the wait's deadline exactly as a cancel loses to a publication: the job
+row is locked first (the lock order), and once the deadline has passed, the deadline's
+rule is applied (``deadline_fail`` or ``deadline_escalate``), the late decision is
+recorded in the history (``decision_too_late``, ``to`` = ``from``) and refused -- one
+winner, whatever the sweeper has done yet. A signal is deduplicated by its event id:
+the first outcome is kept in ``job_signals`` and answered again to every repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.external import FIND_SIGNAL, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
+from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
+from app.lifecycle import JobState, Reason, TransitionName
+from app.transitions.maintenance import MaintenanceMoves
+from app.transitions.requests import RequestMoves
+
+_N = TransitionName
+
+
+@dataclass(frozen=True, slots=True)
+class SignalOutcome:
+    """A received signal: its record (the first outcome) and whether this was a repeat."""
+
+    record: Row[Any]
+    replayed: bool
+
+
+class WaitMoves(RequestMoves, MaintenanceMoves):
+    async def decide_review(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        approve: bool,
+        actor: Actor,
+        note: str | None = None,
+        owner: str | None = None,
+    ) -> MoveResult:
+        """A reviewer's decision on a job waiting for review; after the deadline the
+        deadline wins and the decision is recorded as too late."""
+        locked = await self._lock(conn, job_id, owner)
+        if locked is None:
+            return Rejected(_N.APPROVE if approve else _N.REJECT, RejectReason.NOT_FOUND)
+        outcome = await self.review(
+            conn, job_id, approve=approve, actor=actor, note=note, owner=owner
+        )
+        if isinstance(outcome, Rejected) and _lost_to_deadline(locked, Reason.REVIEW):
+            return await self._too_late(conn, outcome, actor=actor, event_id=None, note=note)
+        return outcome
+
+    async def signal(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        event_id: str,
+        actor: Actor,
+        data: dict[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> SignalOutcome | Rejected:
+        """An external event for a job waiting with reason ``external``. A repeated
+        event id answers the first outcome; a job not waiting for one is refused."""
+        locked = await self._lock(conn, job_id, owner)
+        if locked is None:
+            return Rejected(_N.RECEIVE_EVENT, RejectReason.NOT_FOUND)
+        found = (await conn.execute(FIND_SIGNAL, {"job_id": job_id, "event_id": event_id})).first()
+        if found is not None:
+            return SignalOutcome(found, replayed=True)
+        outcome = await self.receive_event(
+            conn, job_id, event_id=event_id, actor=actor, data={"event_id": event_id}
+        )
+        if isinstance(outcome, Rejected):
+            if _lost_to_deadline(locked, Reason.EXTERNAL):
+                return await self._too_late(conn, outcome, actor=actor, event_id=event_id)
+            return outcome
+        record = (
+            await conn.execute(
+                RECORD_SIGNAL,
+                {
+                    "job_id": job_id,
+                    "event_id": event_id,
+                    "actor": str(actor),
+                    "data": json.dumps(data) if data is not None else None,
+                    "outcome": json.dumps(
+                        {"state": outcome.to_state.value, "reason": outcome.job.reason}
+                    ),
+                    **self.clock.bind(),
+                },
+            )
+        ).one()
+        return SignalOutcome(record, replayed=False)
+
+    async def _lock(
+        self, conn: AsyncConnection, job_id: uuid.UUID, owner: str | None
+    ) -> Row[Any] | None:
+        return (
+            await conn.execute(LOCK_JOB, {"job_id": job_id, "owner": owner, **self.clock.bind()})
+        ).first()
+
+    async def _too_late(
+        self,
+        conn: AsyncConnection,
+        refused: Rejected,
+        *,
+        actor: Actor,
+        event_id: str | None,
+        note: str | None = None,
+    ) -> Rejected:
+        """The deadline won: apply its rule now, record the loser, refuse it."""
+        if refused.job is None:
+            return refused
+        job_id = refused.job.id
+        passed = await self.pass_deadline(conn, job_id)
+        row = passed.job if isinstance(passed, Applied) else refused.job
+        await conn.execute(
+            LATE_DECISION,
+            {
+                "job_id": job_id,
+                "transition": refused.transition,
+                "state": row.state,
+                "actor": str(actor),
+                "event_id": event_id,
+                "note": note or "arrived after the wait's deadline",
+                **self.clock.bind(),
+            },
+        )
+        return Rejected(refused.transition, RejectReason.ILLEGAL, JobState(row.state), row)
+
+
+def _lost_to_deadline(locked: Row[Any], waited_for: Reason) -> bool:
+    """The wait this decision was for ended (or ends now) by its deadline."""
+    if locked.reason in {Reason.DEADLINE_PASSED, Reason.DEADLINE_ESCALATED}:
+        return True
+    return bool(locked.deadline_passed) and locked.reason == waited_for

@@ -14,7 +14,8 @@ protocol points, never at byte offsets:
 - :attr:`TcpProxy.drop_commit_ack` (a probability) forwards a ``COMMIT`` to the server
   and then cuts the connection *before* the server's answer reaches the client: the
   transaction committed, the client never learns it. A commit whose transaction bound a
-  statement containing :attr:`TcpProxy.watch_marker` (the publication) is counted apart.
+  statement containing :attr:`TcpProxy.watch_marker` (the publication) has its own
+  probability, :attr:`TcpProxy.drop_marked_commit_ack`, and is counted apart.
 
 Nothing here knows about Atlas; the scenario reads every outcome back from the database.
 """
@@ -38,6 +39,7 @@ class ProxyCounters:
     refused: int = 0
     dropped: int = 0  # connections aborted by drop_all
     commits: int = 0
+    marked_commits: int = 0  # commits of a transaction that ran the marker
     commit_acks_dropped: int = 0
     marked_commit_acks_dropped: int = 0  # of those: a transaction with the marker
     stalls: int = 0
@@ -67,11 +69,13 @@ class TcpProxy:
         target_port: int,
         *,
         drop_commit_ack: float = 0.0,
+        drop_marked_commit_ack: float = 0.0,
         watch_marker: bytes = b"",
         seed: int = 3,
     ) -> None:
         self.target = (target_host, target_port)
         self.drop_commit_ack = drop_commit_ack
+        self.drop_marked_commit_ack = drop_marked_commit_ack
         self.watch_marker = watch_marker
         self.refusing = False
         self.spare = b""  # connections whose start-up message holds this are never cut
@@ -204,7 +208,9 @@ class TcpProxy:
                     link.marked = True
                 if sql.startswith(b"COMMIT"):
                     self.counters.commits += 1
-                    if self.drop_commit_ack and self._rng.random() < self.drop_commit_ack:
+                    self.counters.marked_commits += link.marked
+                    odds = self.drop_marked_commit_ack if link.marked else self.drop_commit_ack
+                    if odds and self._rng.random() < odds:
                         await self._commit_then_cut(upstream, link, message)
                         return "cut"
                 if sql.startswith((b"COMMIT", b"ROLLBACK", b"BEGIN")):

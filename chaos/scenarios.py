@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,10 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from app.apikeys import Role
 from app.clock import Clock
+from app.db.queries import CLAIM
 from app.lifecycle import Reason
 from app.transitions import Actor, NewJob, Transitions
 from chaos.cluster import (
@@ -37,6 +43,7 @@ from chaos.cluster import (
     post_job,
 )
 from chaos.poison_worker import KILL_TAG, RAISE_TAG
+from chaos.proxy import TcpProxy
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,10 @@ class Config:
     duplicate_subjects: int
     watchers_per_key: int
     watch_keys: int
+    proxy_jobs: int  # scenario 3: jobs created while the proxy misbehaves
+    proxy_seconds: float
+    skew_jobs: int  # scenario 4
+    idle_tx_seconds: float  # scenario 7: how long the idle transaction is held
 
 
 SHORT = Config(
@@ -72,6 +83,10 @@ SHORT = Config(
     duplicate_subjects=5,
     watchers_per_key=60,
     watch_keys=3,
+    proxy_jobs=120,
+    proxy_seconds=15,
+    skew_jobs=40,
+    idle_tx_seconds=10,
 )
 FULL = Config(
     name="full",
@@ -87,6 +102,10 @@ FULL = Config(
     duplicate_subjects=10,
     watchers_per_key=150,
     watch_keys=4,
+    proxy_jobs=1_000,
+    proxy_seconds=60,
+    skew_jobs=200,
+    idle_tx_seconds=45,
 )
 CONFIGS = {c.name: c for c in (SHORT, FULL)}
 
@@ -672,6 +691,319 @@ async def pool_exhaustion(cluster: Cluster, config: Config, row: Row) -> None:
     )
 
 
+# -- 3. a misbehaving network between the workers and PostgreSQL -----------------------
+
+PUBLISH_MARKER = b"'publish'"  # the history literal of the publication statement only
+
+
+async def flaky_network(cluster: Cluster, config: Config, row: Row) -> None:
+    """Every worker reaches PostgreSQL through :class:`~chaos.proxy.TcpProxy`, which
+    resets every connection now and then (mid-transaction), stalls all traffic for
+    longer than a lease, and cuts a connection right after forwarding a ``COMMIT``
+    (the transaction commits; the worker never hears so) -- publications included.
+    The outcome is read back from the database: nothing lost, nothing published twice."""
+    key = await cluster.key("network")
+    await cluster.start_api()
+    proxy = TcpProxy(
+        "127.0.0.1",
+        cluster.server.embedded.port,
+        drop_commit_ack=0.02,
+        drop_marked_commit_ack=0.25,
+        watch_marker=PUBLISH_MARKER,
+    )
+    await proxy.start()
+    for n in range(3):
+        cluster.start_worker(f"w{n}", concurrency=4, database_port=proxy.port)
+    tally = Tally()
+    accepted: list[str] = []
+    stop = asyncio.Event()
+    resets = 0
+    rng = random.Random(3)  # noqa: S311 - chaos, not cryptography # nosec B311
+
+    async def produce(http: httpx.AsyncClient) -> None:
+        pause = config.proxy_seconds / config.proxy_jobs
+        for n in range(config.proxy_jobs):
+            job = await post_job(http, bundle_body() if n % 2 else noop_body(f"net-{n}"), tally)
+            if job:
+                accepted.append(job)
+            await asyncio.sleep(pause)
+
+    async def misbehave() -> None:
+        nonlocal resets
+        for n in range(10_000):
+            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            if stop.is_set():
+                return
+            if n % 4 == 3:
+                await proxy.stall(cluster.timing.lease_seconds * 1.5)
+            else:
+                resets += proxy.drop_all()
+
+    try:
+        async with client(cluster.api_url, key) as http:
+            await asyncio.sleep(2)  # the workers are up
+            chaos_task = asyncio.create_task(misbehave())
+            try:
+                await produce(http)
+            finally:
+                stop.set()
+                await asyncio.gather(chaos_task, return_exceptions=True)
+        proxy.drop_commit_ack = proxy.drop_marked_commit_ack = 0.0
+        states = await cluster.settle(accepted, within=120, done=TERMINAL | {"unresolved"})
+    finally:
+        await proxy.close()
+    row.figures = await cluster.figures(accepted, tally, done=TERMINAL | {"unresolved"})
+    unresolved = sum(1 for v in states.values() if v == "unresolved")
+    counters = proxy.counters
+    row.standard_checks()
+    row.check("connections reset mid-transaction", resets >= 3)
+    row.check("traffic stalled for longer than a lease", counters.stalls >= 1)
+    row.check("commit acknowledgements lost", counters.commit_acks_dropped >= 1)
+    row.check(
+        "a publication's commit acknowledgement lost", counters.marked_commit_acks_dropped >= 1
+    )
+    row.check(
+        "every accepted job ended succeeded (or visibly unresolved)",
+        all(s in ("succeeded", "unresolved") for s in states.values()),
+    )
+    row.check("no worker died", all(p.alive() for p in cluster.procs))
+    row.notes.append(
+        f"{resets} connections reset, {counters.stalls} stalls of"
+        f" {cluster.timing.lease_seconds * 1.5:.1f} s, {counters.commit_acks_dropped} commit"
+        f" acks lost ({counters.marked_commit_acks_dropped} of {counters.marked_commits}"
+        f" publications) out of {counters.commits} commits; {unresolved} unresolved; answers {tally.describe()}"
+    )
+
+
+# -- 4. clock skew: workers under libfaketime --------------------------------------------
+
+SKEW_LEASES = 5  # the skew, in leases: "more than a lease" with room to spare
+
+
+def faketime_command() -> str:
+    """``faketime`` (Debian package ``faketime``), installed with apt-get when missing."""
+    found = shutil.which("faketime")
+    if found is None and shutil.which("apt-get") is not None:
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "faketime"],  # noqa: S607
+            check=False,
+            capture_output=True,
+            timeout=600,
+        )
+        found = shutil.which("faketime")
+    if found is None:
+        raise RuntimeError("faketime is missing and could not be installed (apt-get)")
+    return found
+
+
+def measured_skew(faketime: str, offset: str) -> float:
+    """How far ``faketime -f offset`` moves a Python process's wall clock, measured."""
+    done = subprocess.run(  # noqa: S603 - our interpreter, fixed code
+        [faketime, "-f", offset, sys.executable, "-c", "import time; print(time.time())"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return float(done.stdout.strip()) - time.time()
+
+
+async def clock_skew(cluster: Cluster, config: Config, row: Row) -> None:
+    """Two workers whose clocks are off by +/- several leases (libfaketime), beside one
+    with the right time. Leases, heartbeats and rescue use database time, so: no live
+    job is reclaimed early (the fast clock would see every lease expired), and when the
+    right-time worker is killed -9 the slow-clock worker alone rescues its jobs within
+    a reaper interval of the leases' expiry (its clock would see them expire late)."""
+    faketime = await asyncio.to_thread(faketime_command)
+    skew = cluster.timing.lease_seconds * SKEW_LEASES
+    ahead, behind = f"+{skew:g}s", f"-{skew:g}s"
+    seen_ahead = await asyncio.to_thread(measured_skew, faketime, ahead)
+    seen_behind = await asyncio.to_thread(measured_skew, faketime, behind)
+    key = await cluster.key("skew")
+    await cluster.start_api()
+    fast = cluster.start_worker("fast", concurrency=4, wrapper=[faketime, "-f", ahead])
+    slow = cluster.start_worker("slow", concurrency=4, wrapper=[faketime, "-f", behind])
+    right = cluster.start_worker("right", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    async with client(cluster.api_url, key) as http:
+        await asyncio.sleep(2)
+        # Phase 1: jobs longer than a lease, all three workers running them.
+        for _ in range(config.skew_jobs):
+            job = await post_job(http, bundle_body(), tally)
+            if job:
+                accepted.append(job)
+            await asyncio.sleep(0.05)
+        phase1 = await cluster.settle(accepted, within=180)
+        early = await cluster.scalar("SELECT count(*) FROM attempts WHERE outcome = 'lost'")
+        # Phase 2: only the slow clock reaps; the right-time worker dies holding jobs.
+        await asyncio.to_thread(fast.stop)
+        second: list[str] = []
+        for _ in range(16):
+            job = await post_job(http, bundle_body(), tally)
+            if job:
+                second.append(job)
+        victim_held = 0
+        for _ in range(200):
+            victim_held = await cluster.scalar(
+                "SELECT count(*) FROM jobs WHERE worker_id = 'right' AND state = 'running'"
+            )
+            if victim_held:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(right.kill9)
+        accepted.extend(second)
+        await cluster.settle(second, within=120)
+    row.figures = await cluster.figures(accepted, tally)
+    rescued_by = await cluster.scalar(
+        "SELECT array_agg(DISTINCT actor) FROM job_history WHERE transition = 'rescue'"
+    )
+    rescued = await cluster.scalar("SELECT count(*) FROM attempts WHERE outcome = 'lost'")
+    longest = await cluster.scalar(
+        "SELECT extract(epoch FROM max(ended_at - claimed_at)) FROM attempts"
+        " WHERE outcome <> 'lost'"
+    )
+    bound = rescue_bound(cluster.timing)
+    row.standard_checks(bound)
+    row.check(
+        f"faketime moved the wall clocks ({seen_ahead:+.1f} s, {seen_behind:+.1f} s)",
+        abs(seen_ahead - skew) < skew / 2 and abs(seen_behind + skew) < skew / 2,
+    )
+    row.check(
+        "jobs outlived a lease (so an early reclaim could show)",
+        float(longest or 0) > cluster.timing.lease_seconds,
+    )
+    row.check("no early reclaim: no attempt lost while all workers lived", early == 0)
+    row.check("phase 1: every job succeeded", all(s == "succeeded" for s in phase1.values()))
+    row.check("the killed worker held jobs", victim_held > 0)
+    row.check(
+        "the victim's jobs were rescued by the slow-clock worker",
+        rescued >= victim_held and list(rescued_by or []) == ["worker:slow"],
+    )
+    row.check(
+        f"no late rescue: every rescue within {bound:.1f} s of the lease's expiry",
+        row.figures.max_rescue_seconds is not None and row.figures.max_rescue_seconds <= bound,
+    )
+    row.check("the slow-clock worker survived", slow.alive())
+    row.check("no lease lost by a live worker", live_lease_losses(cluster) == 0)
+    row.notes.append(
+        f"skew {ahead}/{behind} (measured {seen_ahead:+.1f}/{seen_behind:+.1f} s), lease"
+        f" {cluster.timing.lease_seconds:g} s; longest attempt {float(longest or 0):.1f} s;"
+        f" victim held {victim_held}; rescued by {rescued_by}"
+    )
+
+
+# -- 7. an idle-in-transaction session during steady load -------------------------------
+
+
+async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> None:
+    """A session opens a transaction, reads ``jobs`` and goes idle (holding its snapshot,
+    so VACUUM can remove nothing newer) while jobs flow. Claims must stay on the claim
+    index and work must continue; after the session ends, VACUUM reclaims the dead rows.
+    Then ``idle_in_transaction_session_timeout`` (the recommended guard) ends such a
+    session by itself."""
+    key = await cluster.key("idle-tx")
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    cluster.start_worker("w1", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    hog = await cluster.db()
+    await hog.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    await hog.fetchval("SELECT count(*) FROM jobs")  # the snapshot is taken: xmin held
+    plans: list[str] = []
+
+    async def claim_plan() -> str:
+        """EXPLAIN (not ANALYZE: nothing is claimed) of the claim statement, in a
+        session set up as a worker's is."""
+        engine = create_async_engine(cluster.database_url, poolclass=NullPool)
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text("SET enable_bitmapscan = off"))
+                plan = (
+                    await conn.execute(
+                        text("EXPLAIN (FORMAT JSON) " + CLAIM.text),
+                        {
+                            "worker_id": "explain",
+                            "actor": "worker:explain",
+                            "handlers": ["atlas.noop@1"],
+                            "limit": 4,
+                            "lease_seconds": 30.0,
+                            "clock_offset": 0.0,
+                        },
+                    )
+                ).scalar_one()
+        finally:
+            await engine.dispose()
+        return str(plan)
+
+    try:
+        async with client(cluster.api_url, key) as http:
+            deadline = time.monotonic() + config.idle_tx_seconds
+            n = 0
+            while time.monotonic() < deadline:
+                job = await post_job(http, noop_body(f"idle-{n}"), tally)
+                if job:
+                    accepted.append(job)
+                n += 1
+                if n % 50 == 0:
+                    plans.append(await claim_plan())
+                await asyncio.sleep(0.02)
+            plans.append(await claim_plan())
+            during = await cluster.settle(accepted, within=60)
+            dead_during = await cluster.scalar(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
+            )
+        await hog.execute("ROLLBACK")
+    finally:
+        await hog.close()
+    vacuum = await cluster.db()
+    try:
+        await vacuum.execute("VACUUM jobs")
+        dead_after = await vacuum.fetchval(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        )
+        # The guard: a database-level timeout ends the next idle transaction by itself.
+        await vacuum.execute(
+            f'ALTER DATABASE "{cluster.database}" SET idle_in_transaction_session_timeout = 1000'
+        )
+    finally:
+        await vacuum.close()
+    guarded = await cluster.db()
+    ended_by_server = False
+    try:
+        await guarded.execute("BEGIN")
+        await guarded.fetchval("SELECT count(*) FROM jobs")
+        await asyncio.sleep(3)
+        try:
+            await guarded.fetchval("SELECT 1")
+        except Exception:
+            ended_by_server = True
+    finally:
+        await guarded.close()
+    after: list[str] = []
+    async with client(cluster.api_url, key) as http:
+        for n in range(20):
+            job = await post_job(http, noop_body(f"after-{n}"), tally)
+            if job:
+                after.append(job)
+    await cluster.settle([*accepted, *after], within=60)
+    row.figures = await cluster.figures([*accepted, *after], tally)
+    on_index = all("ix_jobs_claimable" in p for p in plans)
+    row.standard_checks()
+    row.check(f"claim plan on ix_jobs_claimable in all {len(plans)} EXPLAINs", on_index)
+    row.check(
+        "work continued during the idle transaction (all settled)",
+        len(during) == len(accepted) and all(s == "succeeded" for s in during.values()),
+    )
+    row.check("recovered: VACUUM reclaimed the dead rows afterwards", dead_after < dead_during)
+    row.check("idle_in_transaction_session_timeout ended the next idle session", ended_by_server)
+    row.notes.append(
+        f"held {config.idle_tx_seconds:.0f} s; {len(accepted)} jobs during;"
+        f" jobs dead tuples {dead_during} while held, {dead_after} after VACUUM"
+    )
+
+
 SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "pg-stop": ("1 PostgreSQL stop -m immediate", pg_stop, Timing(bundle_time_scale=0.02)),
     "kill-storm": ("2 kill -9 storm", kill_storm, Timing(bundle_time_scale=0.02)),
@@ -679,4 +1011,10 @@ SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
     "duplicates": ("9 duplicate delivery", duplicates, Timing()),
     "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
+    "network": (
+        "3 network resets, stalls, lost acks",
+        flaky_network,
+        Timing(bundle_time_scale=0.02),
+    ),
+    "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
 }

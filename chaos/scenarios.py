@@ -771,7 +771,8 @@ async def flaky_network(cluster: Cluster, config: Config, row: Row) -> None:
         f"{resets} connections reset, {counters.stalls} stalls of"
         f" {cluster.timing.lease_seconds * 1.5:.1f} s, {counters.commit_acks_dropped} commit"
         f" acks lost ({counters.marked_commit_acks_dropped} of {counters.marked_commits}"
-        f" publications) out of {counters.commits} commits; {unresolved} unresolved; answers {tally.describe()}"
+        f" publications) out of {counters.commits} commits; {unresolved} unresolved;"
+        f" answers {tally.describe()}"
     )
 
 

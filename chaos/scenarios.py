@@ -1008,14 +1008,11 @@ async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> Non
 SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "pg-stop": ("1 PostgreSQL stop -m immediate", pg_stop, Timing(bundle_time_scale=0.02)),
     "kill-storm": ("2 kill -9 storm", kill_storm, Timing(bundle_time_scale=0.02)),
+    "network": ("3 network resets, stalls, lost acks", flaky_network, Timing()),
+    "skew": ("4 clock skew (faketime)", clock_skew, Timing(bundle_time_scale=0.3)),
     "listener": ("5 LISTEN connection killed", listener_killed, Timing(poll_interval_seconds=1.0)),
+    "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
+    "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
     "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
     "duplicates": ("9 duplicate delivery", duplicates, Timing()),
-    "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
-    "network": (
-        "3 network resets, stalls, lost acks",
-        flaky_network,
-        Timing(bundle_time_scale=0.02),
-    ),
-    "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
 }

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ class Config:
     proxy_seconds: float
     skew_jobs: int  # scenario 4
     idle_tx_seconds: float  # scenario 7: how long the idle transaction is held
+    model_examples: int  # scenario 11: Hypothesis examples
 
 
 SHORT = Config(
@@ -87,6 +89,7 @@ SHORT = Config(
     proxy_seconds=15,
     skew_jobs=40,
     idle_tx_seconds=10,
+    model_examples=5,
 )
 FULL = Config(
     name="full",
@@ -106,6 +109,7 @@ FULL = Config(
     proxy_seconds=60,
     skew_jobs=200,
     idle_tx_seconds=45,
+    model_examples=40,
 )
 CONFIGS = {c.name: c for c in (SHORT, FULL)}
 
@@ -1005,6 +1009,50 @@ async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> Non
     )
 
 
+# -- 11. random API calls checked against the lifecycle model ---------------------------
+
+
+async def api_model(cluster: Cluster, config: Config, row: Row) -> None:
+    """:class:`chaos.api_machine.ApiMachine` (Hypothesis, stateful) against the live API
+    with two real worker processes: every observed status follows ``app.lifecycle``."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from chaos.api_machine import ApiMachine, configure
+
+    client_key = await cluster.key("model")
+    operator_key = await cluster.key("model-ops", roles=(Role.OPERATOR,))
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    cluster.start_worker("w1", concurrency=4)
+    target = configure(cluster.api_url, client_key, operator_key)
+    budget = settings(
+        max_examples=config.model_examples,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    failure = ""
+    try:
+        await asyncio.to_thread(run_state_machine_as_test, ApiMachine, settings=budget)
+    except Exception as exc:  # the falsifying example is printed by Hypothesis
+        failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+    states = await cluster.settle(target.jobs, within=120, done=TERMINAL | {"unresolved"})
+    row.figures = await cluster.figures(target.jobs, Tally(), done=TERMINAL | {"unresolved"})
+    row.standard_checks(rescue_bound(cluster.timing))
+    row.check(
+        f"every observation followed the lifecycle{' — ' + failure if failure else ''}", not failure
+    )
+    row.check("jobs were created and observed", bool(target.jobs) and bool(target.observations))
+    row.check("no process died", all(p.alive() for p in cluster.procs))
+    seen = " ".join(f"{k} {v}" for k, v in sorted(target.observations.items()))
+    row.notes.append(
+        f"{config.model_examples} examples x 25 steps; checked: {seen};"
+        f" final states {dict(Counter(states.values()))}"
+    )
+
+
 SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "pg-stop": ("1 PostgreSQL stop -m immediate", pg_stop, Timing(bundle_time_scale=0.02)),
     "kill-storm": ("2 kill -9 storm", kill_storm, Timing(bundle_time_scale=0.02)),
@@ -1015,4 +1063,5 @@ SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
     "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
     "duplicates": ("9 duplicate delivery", duplicates, Timing()),
+    "api-model": ("11 random API calls vs the lifecycle", api_model, Timing()),
 }

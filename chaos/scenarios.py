@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -69,6 +72,9 @@ class Config:
     skew_jobs: int  # scenario 4
     idle_tx_seconds: float  # scenario 7: how long the idle transaction is held
     model_examples: int  # scenario 11: Hypothesis examples
+    hostile_watchers: int  # scenario 10
+    hostile_idle: int
+    hostile_hold_seconds: float
 
 
 SHORT = Config(
@@ -90,6 +96,9 @@ SHORT = Config(
     skew_jobs=40,
     idle_tx_seconds=10,
     model_examples=5,
+    hostile_watchers=600,
+    hostile_idle=2_000,
+    hostile_hold_seconds=5,
 )
 FULL = Config(
     name="full",
@@ -110,6 +119,9 @@ FULL = Config(
     skew_jobs=200,
     idle_tx_seconds=45,
     model_examples=40,
+    hostile_watchers=3_000,
+    hostile_idle=20_000,
+    hostile_hold_seconds=15,
 )
 CONFIGS = {c.name: c for c in (SHORT, FULL)}
 
@@ -1009,6 +1021,235 @@ async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> Non
     )
 
 
+# -- 10. hostile clients -------------------------------------------------------------------
+
+FD_WANTED = 65_536
+
+
+def raise_fd_limit(wanted: int = FD_WANTED) -> int:
+    """Raise this process's open-file limit (children inherit it): to ``wanted`` when
+    allowed (root may raise the hard limit), else to the hard limit. The limit reached."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (wanted, hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), max(hard, target)))
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _raw(
+    port: int, payload: bytes, *, hold: float, trickle: bytes = b"", every: float = 1.0
+) -> str:
+    """One raw HTTP/1.1 exchange: send ``payload`` (then ``trickle`` byte by byte), read
+    the status line within ``hold`` seconds; the code seen, or what ended it."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port), timeout=30
+        )
+    except (OSError, TimeoutError) as exc:
+        return type(exc).__name__
+    try:
+        writer.write(payload)
+        await writer.drain()
+
+        async def dribble() -> None:
+            for byte in trickle:
+                await asyncio.sleep(every)
+                writer.write(bytes([byte]))
+                await writer.drain()
+
+        dribbling = asyncio.create_task(dribble())
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout=hold)
+        finally:
+            dribbling.cancel()
+            await asyncio.gather(dribbling, return_exceptions=True)
+        parts = line.split()
+        return parts[1].decode() if len(parts) >= 2 else "closed"
+    except TimeoutError:
+        return "held"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        writer.transport.abort()
+
+
+async def _huge_header(port: int, megabytes: int) -> str:
+    """A request head of ``megabytes`` MB: the server must answer or close long before."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        return type(exc).__name__
+    try:
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Junk: ")
+        chunk = b"a" * 65_536
+        for _ in range(megabytes * 16):
+            writer.write(chunk)
+            await writer.drain()
+        writer.write(b"\r\n\r\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout=30)
+        parts = line.split()
+        return parts[1].decode() if len(parts) >= 2 else "closed"
+    except (OSError, TimeoutError) as exc:
+        return f"closed ({type(exc).__name__})"
+    finally:
+        writer.transport.abort()
+
+
+async def hostile_clients(cluster: Cluster, config: Config, row: Row) -> None:
+    """At once: 3,000 event streams and long-polls from three keys, slow bodies, huge
+    headers and thousands of idle connections (as many as the open-file limit allows,
+    up to 20,000), while a steady client reads and creates jobs on its own connection.
+    The API sheds what is over its limits (429/503 + Retry-After, 408, 431) and the
+    steady client is answered within 1 s at p99."""
+    limit = await asyncio.to_thread(raise_fd_limit)
+    idle_target = min(config.hostile_idle, max(0, (limit - 6_000) // 2))
+    body_timeout = 5.0
+    cluster.extra_env.update(
+        {
+            "ATLAS_HTTP_BODY_TIMEOUT_SECONDS": str(body_timeout),
+            # Idle connections count against uvicorn's limit_concurrency: a host that must
+            # stay up beside tens of thousands of them raises it (docs/reliability.md).
+            "ATLAS_HTTP_LIMIT_CONCURRENCY": str(idle_target + 5_000),
+        }
+    )
+    keys = [await cluster.key(f"hostile-{n}") for n in range(3)]
+    steady_key = await cluster.key("steady")
+    api = await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    port = int(cluster.api_url.rsplit(":", 1)[1])
+    tally = Tally()
+    accepted: list[str] = []
+    latencies: list[float] = []
+    stop = asyncio.Event()
+    targets = [(await _made_jobs(cluster, f"hostile-{n}", 1, waiting=False))[0] for n in range(3)]
+    rss_before = rss_mb(api.pid)
+    rss_peak = rss_before
+
+    async def steady(http: httpx.AsyncClient) -> None:
+        job = await post_job(http, noop_body("steady"), tally)
+        if job:
+            accepted.append(job)
+        for n in range(100_000):
+            if stop.is_set():
+                return
+            started = time.monotonic()
+            try:
+                if n % 10 == 0:
+                    made = await post_job(http, noop_body(f"steady-{n}"), tally)
+                    if made:
+                        accepted.append(made)
+                elif job:
+                    tally.record(await http.get(f"/v1/jobs/{job}"))
+            except httpx.HTTPError as exc:
+                tally.error(exc)
+            latencies.append(time.monotonic() - started)
+            await asyncio.sleep(0.05)
+
+    def watch_request(job: str, key: str, n: int) -> bytes:
+        path = f"/v1/jobs/{job}/events" if n % 2 else f"/v1/jobs/{job}"
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            "Prefer: wait=20\r\nIf-None-Match: *\r\n\r\n"
+        ).encode()
+
+    slow_head = (
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + keys[0].encode() + b"\r\nContent-Length: 500\r\n\r\n"
+    )
+    idle: list[socket.socket] = []
+
+    async def open_idle() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(idle_target):
+            sock = socket.socket()
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), 30)
+            except (OSError, TimeoutError):
+                sock.close()
+                continue
+            idle.append(sock)
+
+    async def sample_rss() -> None:
+        nonlocal rss_peak
+        while not stop.is_set():
+            rss_peak = max(rss_peak, rss_mb(api.pid))
+            await asyncio.sleep(0.5)
+
+    steady_http = client(cluster.api_url, steady_key, timeout=10, connections=1)
+    try:
+        steady_task = asyncio.create_task(steady(steady_http))
+        sampler = asyncio.create_task(sample_rss())
+        await asyncio.sleep(2)
+        watchers = [
+            asyncio.create_task(_raw(port, watch_request(targets[n % 3], keys[n % 3], n), hold=25))
+            for n in range(config.hostile_watchers)
+        ]
+        slow = [
+            asyncio.create_task(
+                _raw(port, slow_head, hold=body_timeout + 20, trickle=b"{" * 500, every=1.0)
+            )
+            for _ in range(50)
+        ]
+        huge = [asyncio.create_task(_huge_header(port, 16)) for _ in range(10)]
+        await open_idle()
+        await asyncio.sleep(config.hostile_hold_seconds)
+        opened_idle = len(idle)
+        idle_alive = sum(1 for s in idle if s.fileno() >= 0)
+        watch_codes = Counter(await asyncio.gather(*watchers))
+        slow_codes = Counter(await asyncio.gather(*slow))
+        huge_codes = Counter(await asyncio.gather(*huge))
+        for sock in idle:
+            sock.close()
+        await asyncio.sleep(3)
+        stop.set()
+        await asyncio.wait_for(steady_task, timeout=30)
+        await asyncio.gather(sampler, return_exceptions=True)
+    finally:
+        stop.set()
+        for sock in idle:
+            sock.close()
+        await steady_http.aclose()
+    await cluster.settle(accepted, within=60)
+    row.figures = await cluster.figures(accepted, tally)
+    ordered = sorted(latencies)
+    p99 = ordered[max(0, int(len(ordered) * 0.99) - 1)] if ordered else float("inf")
+    steady_ok = all(code in (200, 202) for code in tally.statuses) and not tally.errors
+    row.standard_checks()
+    row.check(f"steady client p99 < 1 s (p99 {p99:.2f} s over {len(ordered)} calls)", p99 < 1.0)
+    row.check("steady client: every answer 200/202, no transport error", steady_ok)
+    row.check(
+        "watchers beyond the caps shed 429/503, none 500",
+        watch_codes.get("429", 0) + watch_codes.get("503", 0) > 0
+        and not any(c.startswith("5") and c != "503" for c in watch_codes),
+    )
+    row.check("slow bodies cut with 408", slow_codes.get("408", 0) == len(slow))
+    row.check(
+        "huge headers refused (431/400 or closed), never served",
+        not any(c.startswith("2") for c in huge_codes),
+    )
+    row.check(f"API memory bounded (peak RSS {rss_peak:.0f} MB < 600 MB)", rss_peak < 600)
+    row.check(f"{opened_idle} idle connections held (target {idle_target})", opened_idle > 0)
+    row.check("the API survived", api.alive())
+    row.notes.append(
+        f"fd limit {limit}; {opened_idle} idle connections ({idle_alive} open at the end);"
+        f" watchers {dict(watch_codes)}; slow bodies {dict(slow_codes)}; huge headers"
+        f" {dict(huge_codes)}; API RSS {rss_before:.0f} -> peak {rss_peak:.0f} MB;"
+        f" steady p99 {p99:.3f} s; steady answers {tally.describe()}"
+    )
+
+
 # -- 11. random API calls checked against the lifecycle model ---------------------------
 
 
@@ -1063,5 +1304,6 @@ SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
     "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
     "duplicates": ("9 duplicate delivery", duplicates, Timing()),
+    "hostile": ("10 hostile clients", hostile_clients, Timing()),
     "api-model": ("11 random API calls vs the lifecycle", api_model, Timing()),
 }

@@ -922,6 +922,9 @@ async def clock_skew(cluster: Cluster, config: Config, row: Row) -> None:
 # -- 7. an idle-in-transaction session during steady load -------------------------------
 
 
+IDLE_TX_BACKLOG = 20_000
+
+
 async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> None:
     """A session opens a transaction, reads ``jobs`` and goes idle (holding its snapshot,
     so VACUUM can remove nothing newer) while jobs flow. Claims must stay on the claim
@@ -934,6 +937,20 @@ async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> Non
     cluster.start_worker("w1", concurrency=4)
     tally = Tally()
     accepted: list[str] = []
+    # A table of a realistic size first (on a near-empty one a sequential scan is the
+    # planner's right choice): a backlog of jobs no worker runs, due tomorrow.
+    setup = await cluster.db()
+    try:
+        await setup.execute(
+            "INSERT INTO jobs (owner, kind, kind_version, input, state, reason,"
+            " max_attempts, max_elapsed_seconds, available_at)"
+            " SELECT 'backlog', 'chaos.backlog', 1, '{}'::jsonb, 'queued', 'new', 3, 600,"
+            " now() + interval '1 day' FROM generate_series(1, $1)",
+            IDLE_TX_BACKLOG,
+        )
+        await setup.execute("ANALYZE jobs")
+    finally:
+        await setup.close()
     hog = await cluster.db()
     await hog.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     await hog.fetchval("SELECT count(*) FROM jobs")  # the snapshot is taken: xmin held
@@ -1025,7 +1042,8 @@ async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> Non
     row.check("recovered: VACUUM reclaimed the dead rows afterwards", dead_after < dead_during)
     row.check("idle_in_transaction_session_timeout ended the next idle session", ended_by_server)
     row.notes.append(
-        f"held {config.idle_tx_seconds:.0f} s; {len(accepted)} jobs during;"
+        f"held {config.idle_tx_seconds:.0f} s beside {IDLE_TX_BACKLOG} queued jobs due"
+        f" tomorrow; {len(accepted)} jobs during;"
         f" jobs dead tuples {dead_during} while held, {dead_after} after VACUUM"
     )
 

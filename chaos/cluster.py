@@ -224,11 +224,18 @@ class Cluster:
         env.update(self.extra_env)
         return env
 
-    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> Proc:
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        wrapper: list[str] | None = None,
+    ) -> Proc:
         log_path = self.work_dir / f"{name}.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, *argv],
+                [*(wrapper or []), sys.executable, *argv],
                 cwd=REPO,
                 env=dict(env),
                 stdout=log,
@@ -259,9 +266,24 @@ class Cluster:
                     raise RuntimeError(f"the API never became ready:\n{proc.log()[-3000:]}")
                 await asyncio.sleep(0.1)
 
-    def start_worker(self, name: str, *, concurrency: int = 4, module: str = "app.cli") -> Proc:
+    def start_worker(
+        self,
+        name: str,
+        *,
+        concurrency: int = 4,
+        module: str = "app.cli",
+        database_port: int | None = None,
+        wrapper: list[str] | None = None,
+    ) -> Proc:
+        """A worker process; ``database_port`` points it at another port of 127.0.0.1
+        (a proxy), ``wrapper`` runs it under a command (``faketime -f +10s``)."""
         argv = ["-m", module, "worker", "--concurrency", str(concurrency), "--worker-id", name]
-        return self._spawn(name, argv, self.env())
+        env = self.env()
+        if database_port is not None:
+            env["DATABASE_URL"] = self.server.embedded.url(self.database).replace(
+                f"127.0.0.1:{self.server.embedded.port}", f"127.0.0.1:{database_port}"
+            )
+        return self._spawn(name, argv, env, wrapper=wrapper)
 
     def workers(self) -> list[Proc]:
         return [p for p in self.procs if p.name != "api"]

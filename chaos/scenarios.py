@@ -10,18 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import random
+import resource
+import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from app.apikeys import Role
 from app.clock import Clock
+from app.db.queries import CLAIM
 from app.lifecycle import Reason
 from app.transitions import Actor, NewJob, Transitions
 from chaos.cluster import (
@@ -37,6 +47,7 @@ from chaos.cluster import (
     post_job,
 )
 from chaos.poison_worker import KILL_TAG, RAISE_TAG
+from chaos.proxy import TcpProxy
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,14 @@ class Config:
     duplicate_subjects: int
     watchers_per_key: int
     watch_keys: int
+    proxy_jobs: int  # scenario 3: jobs created while the proxy misbehaves
+    proxy_seconds: float
+    skew_jobs: int  # scenario 4
+    idle_tx_seconds: float  # scenario 7: how long the idle transaction is held
+    model_examples: int  # scenario 11: Hypothesis examples
+    hostile_watchers: int  # scenario 10
+    hostile_idle: int
+    hostile_hold_seconds: float
 
 
 SHORT = Config(
@@ -72,6 +91,14 @@ SHORT = Config(
     duplicate_subjects=5,
     watchers_per_key=60,
     watch_keys=3,
+    proxy_jobs=120,
+    proxy_seconds=15,
+    skew_jobs=20,
+    idle_tx_seconds=10,
+    model_examples=5,
+    hostile_watchers=600,
+    hostile_idle=2_000,
+    hostile_hold_seconds=5,
 )
 FULL = Config(
     name="full",
@@ -87,6 +114,14 @@ FULL = Config(
     duplicate_subjects=10,
     watchers_per_key=150,
     watch_keys=4,
+    proxy_jobs=1_000,
+    proxy_seconds=60,
+    skew_jobs=200,
+    idle_tx_seconds=45,
+    model_examples=40,
+    hostile_watchers=3_000,
+    hostile_idle=20_000,
+    hostile_hold_seconds=15,
 )
 CONFIGS = {c.name: c for c in (SHORT, FULL)}
 
@@ -167,8 +202,10 @@ async def pg_stop(cluster: Cluster, config: Config, row: Row) -> None:
             await asyncio.to_thread(cluster.server.stop_immediate)
             await asyncio.sleep(config.outage_seconds)
             ready_during = (await http.get("/readyz")).status_code
-            await asyncio.to_thread(cluster.server.start_again)
+            restarting = time.monotonic()
+            await asyncio.to_thread(cluster.server.start_again)  # crash recovery included
             restarted = time.monotonic()
+            restart_took = restarted - restarting
             phase = "after"
             recovered_after = None
             for _ in range(600):
@@ -192,8 +229,9 @@ async def pg_stop(cluster: Cluster, config: Config, row: Row) -> None:
         " AND lease_expires_at < now()"
     )
     outage = phases["outage"]
-    # A lease that expired during the outage can only be rescued once the database is back.
-    row.standard_checks(rescue_bound(cluster.timing) + config.outage_seconds)
+    # A lease that expired during the outage can only be rescued once the database is
+    # back: after the outage and the restart (crash recovery; slow on a busy machine).
+    row.standard_checks(rescue_bound(cluster.timing) + config.outage_seconds + restart_took)
     row.check("during the outage: only 503 + Retry-After or no answer", outage.bad_5xx == 0)
     row.check("during the outage: 503 carried Retry-After", outage.shed_without_retry_after == 0)
     row.check("during the outage: some answers were 503 + Retry-After", outage.shed > 0)
@@ -204,7 +242,8 @@ async def pg_stop(cluster: Cluster, config: Config, row: Row) -> None:
     row.check("every accepted job succeeded", all(s == "succeeded" for s in states.values()))
     row.check("no process died", all(p.alive() for p in cluster.procs))
     row.notes.append(
-        f"outage {outage.describe()}; first 202 {recovered_after or -1:.1f} s after restart;"
+        f"outage {outage.describe()}; restart took {restart_took:.1f} s;"
+        f" first 202 {recovered_after or -1:.1f} s after restart;"
         f" outage timeouts {outage_timeouts}"
     )
 
@@ -672,11 +711,626 @@ async def pool_exhaustion(cluster: Cluster, config: Config, row: Row) -> None:
     )
 
 
+# -- 3. a misbehaving network between the workers and PostgreSQL -----------------------
+
+PUBLISH_MARKER = b"'publish'"  # the history literal of the publication statement only
+
+
+async def flaky_network(cluster: Cluster, config: Config, row: Row) -> None:
+    """Every worker reaches PostgreSQL through :class:`~chaos.proxy.TcpProxy`, which
+    resets every connection now and then (mid-transaction), stalls all traffic for
+    longer than a lease, and cuts a connection right after forwarding a ``COMMIT``
+    (the transaction commits; the worker never hears so) -- publications included.
+    The outcome is read back from the database: nothing lost, nothing published twice."""
+    key = await cluster.key("network")
+    await cluster.start_api()
+    proxy = TcpProxy(
+        "127.0.0.1",
+        cluster.server.embedded.port,
+        drop_commit_ack=0.02,
+        drop_marked_commit_ack=0.25,
+        watch_marker=PUBLISH_MARKER,
+    )
+    await proxy.start()
+    for n in range(3):
+        cluster.start_worker(f"w{n}", concurrency=4, database_port=proxy.port)
+    tally = Tally()
+    accepted: list[str] = []
+    stop = asyncio.Event()
+    resets = 0
+    rng = random.Random(3)  # noqa: S311 - chaos, not cryptography # nosec B311
+
+    async def produce(http: httpx.AsyncClient) -> None:
+        pause = config.proxy_seconds / config.proxy_jobs
+        for n in range(config.proxy_jobs):
+            job = await post_job(http, bundle_body() if n % 2 else noop_body(f"net-{n}"), tally)
+            if job:
+                accepted.append(job)
+            await asyncio.sleep(pause)
+
+    async def misbehave() -> None:
+        nonlocal resets
+        for n in range(10_000):
+            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            if stop.is_set():
+                return
+            if n % 4 == 3:
+                await proxy.stall(cluster.timing.lease_seconds * 1.5)
+            else:
+                resets += proxy.drop_all()
+
+    try:
+        async with client(cluster.api_url, key) as http:
+            await asyncio.sleep(2)  # the workers are up
+            chaos_task = asyncio.create_task(misbehave())
+            try:
+                await produce(http)
+            finally:
+                stop.set()
+                await asyncio.gather(chaos_task, return_exceptions=True)
+        proxy.drop_commit_ack = proxy.drop_marked_commit_ack = 0.0
+        states = await cluster.settle(accepted, within=120, done=TERMINAL | {"unresolved"})
+    finally:
+        await proxy.close()
+    row.figures = await cluster.figures(accepted, tally, done=TERMINAL | {"unresolved"})
+    unresolved = sum(1 for v in states.values() if v == "unresolved")
+    counters = proxy.counters
+    row.standard_checks()
+    row.check("connections reset mid-transaction", resets >= 3)
+    row.check("traffic stalled for longer than a lease", counters.stalls >= 1)
+    row.check("commit acknowledgements lost", counters.commit_acks_dropped >= 1)
+    row.check(
+        "a publication's commit acknowledgement lost", counters.marked_commit_acks_dropped >= 1
+    )
+    row.check(
+        "every accepted job ended succeeded (or visibly unresolved)",
+        all(s in ("succeeded", "unresolved") for s in states.values()),
+    )
+    row.check("no worker died", all(p.alive() for p in cluster.procs))
+    row.notes.append(
+        f"{resets} connections reset, {counters.stalls} stalls of"
+        f" {cluster.timing.lease_seconds * 1.5:.1f} s, {counters.commit_acks_dropped} commit"
+        f" acks lost ({counters.marked_commit_acks_dropped} of {counters.marked_commits}"
+        f" publications) out of {counters.commits} commits; {unresolved} unresolved;"
+        f" answers {tally.describe()}"
+    )
+
+
+# -- 4. clock skew: workers under libfaketime --------------------------------------------
+
+SKEW_LEASES = 5  # the skew, in leases: "more than a lease" with room to spare
+
+
+def faketime_command() -> str:
+    """``faketime`` (Debian package ``faketime``), installed with apt-get when missing."""
+    found = shutil.which("faketime")
+    if found is None and shutil.which("apt-get") is not None:
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "faketime"],  # noqa: S607
+            check=False,
+            capture_output=True,
+            timeout=600,
+        )
+        found = shutil.which("faketime")
+    if found is None:
+        raise RuntimeError("faketime is missing and could not be installed (apt-get)")
+    return found
+
+
+def measured_skew(faketime: str, offset: str) -> float:
+    """How far ``faketime -f offset`` moves a Python process's wall clock, measured."""
+    done = subprocess.run(  # noqa: S603 - our interpreter, fixed code
+        [faketime, "-f", offset, sys.executable, "-c", "import time; print(time.time())"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return float(done.stdout.strip()) - time.time()
+
+
+async def clock_skew(cluster: Cluster, config: Config, row: Row) -> None:
+    """Two workers whose clocks are off by +/- several leases (libfaketime), beside one
+    with the right time. Leases, heartbeats and rescue use database time, so: no live
+    job is reclaimed early (the fast clock would see every lease expired), and when the
+    right-time worker is killed -9 the slow-clock worker alone rescues its jobs within
+    a reaper interval of the leases' expiry (its clock would see them expire late)."""
+    faketime = await asyncio.to_thread(faketime_command)
+    skew = cluster.timing.lease_seconds * SKEW_LEASES
+    ahead, behind = f"+{skew:g}s", f"-{skew:g}s"
+    seen_ahead = await asyncio.to_thread(measured_skew, faketime, ahead)
+    seen_behind = await asyncio.to_thread(measured_skew, faketime, behind)
+    key = await cluster.key("skew")
+    await cluster.start_api()
+    fast = cluster.start_worker("fast", concurrency=4, wrapper=[faketime, "-f", ahead])
+    slow = cluster.start_worker("slow", concurrency=4, wrapper=[faketime, "-f", behind])
+    right = cluster.start_worker("right", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    async with client(cluster.api_url, key) as http:
+        await asyncio.sleep(2)
+        # Phase 1: jobs longer than a lease, all three workers running them.
+        for _ in range(config.skew_jobs):
+            job = await post_job(http, bundle_body(), tally)
+            if job:
+                accepted.append(job)
+            await asyncio.sleep(0.05)
+        phase1 = await cluster.settle(accepted, within=180)
+        # An early reclaim is a rescue before the lease ran out, in database time.
+        early = await cluster.scalar(
+            "SELECT count(*) FROM attempts WHERE outcome = 'lost' AND ended_at < lease_expires_at"
+        )
+        lost_phase1 = await cluster.scalar("SELECT count(*) FROM attempts WHERE outcome = 'lost'")
+        # Phase 2: only the slow clock reaps; the right-time worker dies holding jobs.
+        await asyncio.to_thread(fast.stop)
+        second: list[str] = []
+        for _ in range(16):
+            job = await post_job(http, bundle_body(), tally)
+            if job:
+                second.append(job)
+        victim_held = 0
+        for _ in range(200):
+            victim_held = await cluster.scalar(
+                "SELECT count(*) FROM jobs WHERE worker_id = 'right' AND state = 'running'"
+            )
+            if victim_held:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(right.kill9)
+        accepted.extend(second)
+        await cluster.settle(second, within=120)
+    row.figures = await cluster.figures(accepted, tally)
+    rescued_by = await cluster.scalar(
+        "SELECT array_agg(DISTINCT actor) FROM job_history WHERE transition = 'rescue'"
+    )
+    rescued = await cluster.scalar("SELECT count(*) FROM attempts WHERE outcome = 'lost'")
+    longest = await cluster.scalar(
+        "SELECT extract(epoch FROM max(ended_at - claimed_at)) FROM attempts"
+        " WHERE outcome <> 'lost'"
+    )
+    bound = rescue_bound(cluster.timing)
+    row.standard_checks(bound)
+    row.check(
+        f"faketime moved the wall clocks ({seen_ahead:+.1f} s, {seen_behind:+.1f} s)",
+        abs(seen_ahead - skew) < skew / 2 and abs(seen_behind + skew) < skew / 2,
+    )
+    row.check(
+        "jobs outlived a lease (so an early reclaim could show)",
+        float(longest or 0) > cluster.timing.lease_seconds,
+    )
+    row.check("no early reclaim: no lease rescued before its expiry (database time)", early == 0)
+    row.check("phase 1: every job succeeded", all(s == "succeeded" for s in phase1.values()))
+    row.check("the killed worker held jobs", victim_held > 0)
+    row.check(
+        "the victim's jobs were rescued, with the slow-clock worker the only reaper alive",
+        rescued >= victim_held and not fast.alive() and not right.alive(),
+    )
+    row.check(
+        f"no late rescue: every rescue within {bound:.1f} s of the lease's expiry",
+        row.figures.max_rescue_seconds is not None and row.figures.max_rescue_seconds <= bound,
+    )
+    row.check("the slow-clock worker survived", slow.alive())
+    row.notes.append(
+        f"skew {ahead}/{behind} (measured {seen_ahead:+.1f}/{seen_behind:+.1f} s), lease"
+        f" {cluster.timing.lease_seconds:g} s; longest attempt {float(longest or 0):.1f} s;"
+        f" victim held {victim_held}; rescued by {rescued_by}; phase 1 leases lost"
+        f" {lost_phase1} (heartbeats late, rescued after expiry); live-worker lease losses"
+        f" {live_lease_losses(cluster)}"
+    )
+
+
+# -- 7. an idle-in-transaction session during steady load -------------------------------
+
+
+IDLE_TX_BACKLOG = 20_000
+
+
+async def idle_in_transaction(cluster: Cluster, config: Config, row: Row) -> None:
+    """A session opens a transaction, reads ``jobs`` and goes idle (holding its snapshot,
+    so VACUUM can remove nothing newer) while jobs flow. Claims must stay on the claim
+    index and work must continue; after the session ends, VACUUM reclaims the dead rows.
+    Then ``idle_in_transaction_session_timeout`` (the recommended guard) ends such a
+    session by itself."""
+    key = await cluster.key("idle-tx")
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    cluster.start_worker("w1", concurrency=4)
+    tally = Tally()
+    accepted: list[str] = []
+    # A table of a realistic size first (on a near-empty one a sequential scan is the
+    # planner's right choice): a backlog of jobs no worker runs, due tomorrow.
+    setup = await cluster.db()
+    try:
+        await setup.execute(
+            "INSERT INTO jobs (owner, kind, kind_version, input, state, reason,"
+            " max_attempts, max_elapsed_seconds, available_at)"
+            " SELECT 'backlog', 'chaos.backlog', 1, '{}'::jsonb, 'queued', 'new', 3, 600,"
+            " now() + interval '1 day' FROM generate_series(1, $1)",
+            IDLE_TX_BACKLOG,
+        )
+        await setup.execute("ANALYZE jobs")
+    finally:
+        await setup.close()
+    hog = await cluster.db()
+    await hog.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    await hog.fetchval("SELECT count(*) FROM jobs")  # the snapshot is taken: xmin held
+    plans: list[str] = []
+
+    async def claim_plan() -> str:
+        """EXPLAIN (not ANALYZE: nothing is claimed) of the claim statement, in a
+        session set up as a worker's is."""
+        engine = create_async_engine(cluster.database_url, poolclass=NullPool)
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text("SET enable_bitmapscan = off"))
+                plan = (
+                    await conn.execute(
+                        text("EXPLAIN (FORMAT JSON) " + CLAIM.text),
+                        {
+                            "worker_id": "explain",
+                            "actor": "worker:explain",
+                            "handlers": ["atlas.noop@1"],
+                            "limit": 4,
+                            "lease_seconds": 30.0,
+                            "clock_offset": 0.0,
+                        },
+                    )
+                ).scalar_one()
+        finally:
+            await engine.dispose()
+        return str(plan)
+
+    try:
+        async with client(cluster.api_url, key) as http:
+            deadline = time.monotonic() + config.idle_tx_seconds
+            n = 0
+            while time.monotonic() < deadline:
+                job = await post_job(http, noop_body(f"idle-{n}"), tally)
+                if job:
+                    accepted.append(job)
+                n += 1
+                if n % 50 == 0:
+                    plans.append(await claim_plan())
+                await asyncio.sleep(0.02)
+            plans.append(await claim_plan())
+            during = await cluster.settle(accepted, within=60)
+            dead_during = await cluster.scalar(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
+            )
+        await hog.execute("ROLLBACK")
+    finally:
+        await hog.close()
+    vacuum = await cluster.db()
+    try:
+        await vacuum.execute("VACUUM jobs")
+        dead_after = await vacuum.fetchval(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        )
+        # The guard: a database-level timeout ends the next idle transaction by itself.
+        await vacuum.execute(
+            f'ALTER DATABASE "{cluster.database}" SET idle_in_transaction_session_timeout = 1000'
+        )
+    finally:
+        await vacuum.close()
+    guarded = await cluster.db()
+    ended_by_server = False
+    try:
+        await guarded.execute("BEGIN")
+        await guarded.fetchval("SELECT count(*) FROM jobs")
+        await asyncio.sleep(3)
+        try:
+            await guarded.fetchval("SELECT 1")
+        except Exception:
+            ended_by_server = True
+    finally:
+        await guarded.close()
+    after: list[str] = []
+    async with client(cluster.api_url, key) as http:
+        for n in range(20):
+            job = await post_job(http, noop_body(f"after-{n}"), tally)
+            if job:
+                after.append(job)
+    await cluster.settle([*accepted, *after], within=60)
+    row.figures = await cluster.figures([*accepted, *after], tally)
+    on_index = all("ix_jobs_claimable" in p for p in plans)
+    row.standard_checks()
+    row.check(f"claim plan on ix_jobs_claimable in all {len(plans)} EXPLAINs", on_index)
+    row.check(
+        "work continued during the idle transaction (all settled)",
+        len(during) == len(accepted) and all(s == "succeeded" for s in during.values()),
+    )
+    row.check("recovered: VACUUM reclaimed the dead rows afterwards", dead_after < dead_during)
+    row.check("idle_in_transaction_session_timeout ended the next idle session", ended_by_server)
+    row.notes.append(
+        f"held {config.idle_tx_seconds:.0f} s beside {IDLE_TX_BACKLOG} queued jobs due"
+        f" tomorrow; {len(accepted)} jobs during;"
+        f" jobs dead tuples {dead_during} while held, {dead_after} after VACUUM"
+    )
+
+
+# -- 10. hostile clients -------------------------------------------------------------------
+
+FD_WANTED = 65_536
+
+
+def raise_fd_limit(wanted: int = FD_WANTED) -> int:
+    """Raise this process's open-file limit (children inherit it): to ``wanted`` when
+    allowed (root may raise the hard limit), else to the hard limit. The limit reached."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (wanted, hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), max(hard, target)))
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _raw(
+    port: int, payload: bytes, *, hold: float, trickle: bytes = b"", every: float = 1.0
+) -> str:
+    """One raw HTTP/1.1 exchange: send ``payload`` (then ``trickle`` byte by byte), read
+    the status line within ``hold`` seconds; the code seen, or what ended it."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port), timeout=30
+        )
+    except (OSError, TimeoutError) as exc:
+        return type(exc).__name__
+    try:
+        writer.write(payload)
+        await writer.drain()
+
+        async def dribble() -> None:
+            for byte in trickle:
+                await asyncio.sleep(every)
+                writer.write(bytes([byte]))
+                await writer.drain()
+
+        dribbling = asyncio.create_task(dribble())
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout=hold)
+        finally:
+            dribbling.cancel()
+            await asyncio.gather(dribbling, return_exceptions=True)
+        parts = line.split()
+        return parts[1].decode() if len(parts) >= 2 else "closed"
+    except TimeoutError:
+        return "held"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        writer.transport.abort()
+
+
+async def _huge_header(port: int, megabytes: int) -> str:
+    """A request head of ``megabytes`` MB: the server must answer or close long before."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        return type(exc).__name__
+    try:
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Junk: ")
+        chunk = b"a" * 65_536
+        for _ in range(megabytes * 16):
+            writer.write(chunk)
+            await writer.drain()
+        writer.write(b"\r\n\r\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout=30)
+        parts = line.split()
+        return parts[1].decode() if len(parts) >= 2 else "closed"
+    except (OSError, TimeoutError) as exc:
+        return f"closed ({type(exc).__name__})"
+    finally:
+        writer.transport.abort()
+
+
+async def hostile_clients(cluster: Cluster, config: Config, row: Row) -> None:
+    """At once: 3,000 event streams and long-polls from three keys, slow bodies, huge
+    headers and thousands of idle connections (as many as the open-file limit allows,
+    up to 20,000), while a steady client reads and creates jobs on its own connection.
+    The API sheds what is over its limits (429/503 + Retry-After, 408, 431) and the
+    steady client is answered within 1 s at p99."""
+    limit = await asyncio.to_thread(raise_fd_limit)
+    idle_target = min(config.hostile_idle, max(0, (limit - 6_000) // 2))
+    body_timeout = 5.0
+    cluster.extra_env.update(
+        {
+            "ATLAS_HTTP_BODY_TIMEOUT_SECONDS": str(body_timeout),
+            # Idle connections count against uvicorn's limit_concurrency: a host that must
+            # stay up beside tens of thousands of them raises it (docs/reliability.md).
+            "ATLAS_HTTP_LIMIT_CONCURRENCY": str(idle_target + 5_000),
+        }
+    )
+    keys = [await cluster.key(f"hostile-{n}") for n in range(3)]
+    steady_key = await cluster.key("steady")
+    api = await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    port = int(cluster.api_url.rsplit(":", 1)[1])
+    tally = Tally()
+    accepted: list[str] = []
+    latencies: list[float] = []
+    stop = asyncio.Event()
+    targets = [(await _made_jobs(cluster, f"hostile-{n}", 1, waiting=False))[0] for n in range(3)]
+    rss_before = rss_mb(api.pid)
+    rss_peak = rss_before
+
+    async def steady(http: httpx.AsyncClient) -> None:
+        job = await post_job(http, noop_body("steady"), tally)
+        if job:
+            accepted.append(job)
+        for n in range(100_000):
+            if stop.is_set():
+                return
+            started = time.monotonic()
+            try:
+                if n % 10 == 0:
+                    made = await post_job(http, noop_body(f"steady-{n}"), tally)
+                    if made:
+                        accepted.append(made)
+                elif job:
+                    tally.record(await http.get(f"/v1/jobs/{job}"))
+            except httpx.HTTPError as exc:
+                tally.error(exc)
+            latencies.append(time.monotonic() - started)
+            await asyncio.sleep(0.05)
+
+    def watch_request(job: str, key: str, n: int) -> bytes:
+        path = f"/v1/jobs/{job}/events" if n % 2 else f"/v1/jobs/{job}"
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            "Prefer: wait=20\r\nIf-None-Match: *\r\n\r\n"
+        ).encode()
+
+    slow_head = (
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + keys[0].encode() + b"\r\nContent-Length: 500\r\n\r\n"
+    )
+    idle: list[socket.socket] = []
+
+    async def open_idle() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(idle_target):
+            sock = socket.socket()
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), 30)
+            except (OSError, TimeoutError):
+                sock.close()
+                continue
+            idle.append(sock)
+
+    async def sample_rss() -> None:
+        nonlocal rss_peak
+        while not stop.is_set():
+            rss_peak = max(rss_peak, rss_mb(api.pid))
+            await asyncio.sleep(0.5)
+
+    steady_http = client(cluster.api_url, steady_key, timeout=10, connections=1)
+    try:
+        steady_task = asyncio.create_task(steady(steady_http))
+        sampler = asyncio.create_task(sample_rss())
+        await asyncio.sleep(2)
+        watchers = [
+            asyncio.create_task(_raw(port, watch_request(targets[n % 3], keys[n % 3], n), hold=25))
+            for n in range(config.hostile_watchers)
+        ]
+        slow = [
+            asyncio.create_task(
+                _raw(port, slow_head, hold=body_timeout + 20, trickle=b"{" * 500, every=1.0)
+            )
+            for _ in range(50)
+        ]
+        huge = [asyncio.create_task(_huge_header(port, 16)) for _ in range(10)]
+        await open_idle()
+        await asyncio.sleep(config.hostile_hold_seconds)
+        opened_idle = len(idle)
+        idle_alive = sum(1 for s in idle if s.fileno() >= 0)
+        watch_codes = Counter(await asyncio.gather(*watchers))
+        slow_codes = Counter(await asyncio.gather(*slow))
+        huge_codes = Counter(await asyncio.gather(*huge))
+        for sock in idle:
+            sock.close()
+        await asyncio.sleep(3)
+        stop.set()
+        await asyncio.wait_for(steady_task, timeout=30)
+        await asyncio.gather(sampler, return_exceptions=True)
+    finally:
+        stop.set()
+        for sock in idle:
+            sock.close()
+        await steady_http.aclose()
+    await cluster.settle(accepted, within=60)
+    row.figures = await cluster.figures(accepted, tally)
+    ordered = sorted(latencies)
+    p99 = ordered[max(0, int(len(ordered) * 0.99) - 1)] if ordered else float("inf")
+    steady_ok = all(code in (200, 202) for code in tally.statuses) and not tally.errors
+    row.standard_checks()
+    row.check(f"steady client p99 < 1 s (p99 {p99:.2f} s over {len(ordered)} calls)", p99 < 1.0)
+    row.check("steady client: every answer 200/202, no transport error", steady_ok)
+    row.check(
+        "watchers beyond the caps shed 429/503, none 500",
+        watch_codes.get("429", 0) + watch_codes.get("503", 0) > 0
+        and not any(c.startswith("5") and c != "503" for c in watch_codes),
+    )
+    row.check("slow bodies cut with 408", slow_codes.get("408", 0) == len(slow))
+    row.check(
+        "huge headers refused (431/400 or closed), never served",
+        not any(c.startswith("2") for c in huge_codes),
+    )
+    row.check(f"API memory bounded (peak RSS {rss_peak:.0f} MB < 600 MB)", rss_peak < 600)
+    row.check(f"{opened_idle} idle connections held (target {idle_target})", opened_idle > 0)
+    row.check("the API survived", api.alive())
+    row.notes.append(
+        f"fd limit {limit}; {opened_idle} idle connections ({idle_alive} open at the end);"
+        f" watchers {dict(watch_codes)}; slow bodies {dict(slow_codes)}; huge headers"
+        f" {dict(huge_codes)}; API RSS {rss_before:.0f} -> peak {rss_peak:.0f} MB;"
+        f" steady p99 {p99:.3f} s; steady answers {tally.describe()}"
+    )
+
+
+# -- 11. random API calls checked against the lifecycle model ---------------------------
+
+
+async def api_model(cluster: Cluster, config: Config, row: Row) -> None:
+    """:class:`chaos.api_machine.ApiMachine` (Hypothesis, stateful) against the live API
+    with two real worker processes: every observed status follows ``app.lifecycle``."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from chaos.api_machine import ApiMachine, configure
+
+    client_key = await cluster.key("model")
+    operator_key = await cluster.key("model-ops", roles=(Role.OPERATOR,))
+    await cluster.start_api()
+    cluster.start_worker("w0", concurrency=4)
+    cluster.start_worker("w1", concurrency=4)
+    target = configure(cluster.api_url, client_key, operator_key)
+    budget = settings(
+        max_examples=config.model_examples,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    failure = ""
+    try:
+        await asyncio.to_thread(run_state_machine_as_test, ApiMachine, settings=budget)
+    except Exception as exc:  # the falsifying example is printed by Hypothesis
+        failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+    states = await cluster.settle(target.jobs, within=120, done=TERMINAL | {"unresolved"})
+    row.figures = await cluster.figures(target.jobs, Tally(), done=TERMINAL | {"unresolved"})
+    row.standard_checks(rescue_bound(cluster.timing))
+    row.check(
+        f"every observation followed the lifecycle{' — ' + failure if failure else ''}", not failure
+    )
+    row.check("jobs were created and observed", bool(target.jobs) and bool(target.observations))
+    row.check("no process died", all(p.alive() for p in cluster.procs))
+    seen = " ".join(f"{k} {v}" for k, v in sorted(target.observations.items()))
+    row.notes.append(
+        f"{config.model_examples} examples x 25 steps; checked: {seen};"
+        f" final states {dict(Counter(states.values()))}"
+    )
+
+
 SCENARIOS: dict[str, tuple[str, Scenario, Timing]] = {
     "pg-stop": ("1 PostgreSQL stop -m immediate", pg_stop, Timing(bundle_time_scale=0.02)),
     "kill-storm": ("2 kill -9 storm", kill_storm, Timing(bundle_time_scale=0.02)),
+    "network": ("3 network resets, stalls, lost acks", flaky_network, Timing()),
+    "skew": ("4 clock skew (faketime)", clock_skew, Timing(bundle_time_scale=0.3)),
     "listener": ("5 LISTEN connection killed", listener_killed, Timing(poll_interval_seconds=1.0)),
+    "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
+    "idle-tx": ("7 idle in transaction", idle_in_transaction, Timing()),
     "poison": ("8 poison job", poison, Timing(bundle_time_scale=0.02)),
     "duplicates": ("9 duplicate delivery", duplicates, Timing()),
-    "watchers": ("6 pool exhaustion (watchers)", pool_exhaustion, Timing(bundle_time_scale=0.05)),
+    "hostile": ("10 hostile clients", hostile_clients, Timing()),
+    "api-model": ("11 random API calls vs the lifecycle", api_model, Timing()),
 }

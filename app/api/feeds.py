@@ -9,6 +9,12 @@ A change arriving during a read schedules exactly one more read (the subscriptio
 event coalesces them); after a LISTEN reconnect every feed reads once; while the LISTEN
 connection is down a feed re-reads every :data:`DEAF_POLL_SECONDS`.
 
+When a read fails (the database is down), the feed keeps its last snapshot and retries
+after the pause of the shared reconnect policy (:class:`~app.db.listen.Backoff`: 0.2 s
+doubling to 5 s, with jitter), logging one warning when the outage begins and one line
+when it reads again. A *first* read that fails answers its watchers like any outage:
+``503`` ``database-unavailable`` + ``Retry-After``.
+
 Reads of all feeds together hold at most ``read_slots`` pooled connections, so watchers
 can never exhaust the pool. The first watcher of a job starts its feed; every watcher
 that arrives before the first read finished shares it. The feed stops when its last
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,18 +33,19 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.errors import DatabaseUnavailableError, database_unavailable
 from app.api.notifier import JobChangeNotifier
 from app.api.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
 from app.api.watch_caps import WatcherCaps
 from app.clock import Clock
 from app.db import reads
+from app.db.listen import DEFAULT_BACKOFF, Backoff
 from app.logs import get_logger
 
 log = get_logger("atlas.api.feeds")
 
 READ_SLOTS = 4
 DEAF_POLL_SECONDS = 2.0
-RETRY_READ_SECONDS = 1.0
 
 
 class Feed:
@@ -75,6 +83,7 @@ class Feed:
 
     async def _run(self) -> None:
         notifier = self._hub.notifier
+        failures = 0  # consecutive failed reads
         async with notifier.subscribe(self.job_id) as changes:  # before the first read
             while True:
                 try:
@@ -85,11 +94,22 @@ class Feed:
                         self.first.exception()  # retrieved by them, not by the loop
                         self._hub.forget(self)
                         return
-                    log.warning(
-                        "feed.read_failed", job_id=str(self.job_id), error_class=type(exc).__name__
+                    failures += 1
+                    self._hub.read_failures += 1
+                    pause = self._hub.backoff.delay(failures)
+                    log.log(
+                        logging.WARNING if failures == 1 else logging.DEBUG,
+                        "feed.read_failed",
+                        job_id=str(self.job_id),
+                        error_class=type(exc).__name__,
+                        consecutive_failures=failures,
+                        retry_in_seconds=round(pause, 3),
                     )
-                    await asyncio.sleep(RETRY_READ_SECONDS)
+                    await asyncio.sleep(pause)
                     continue
+                if failures:
+                    log.info("feed.read_recovered", job_id=str(self.job_id), failures=failures)
+                    failures = 0
                 self._publish(snapshot)
                 await changes.wait(None if notifier.connected else DEAF_POLL_SECONDS)
 
@@ -138,12 +158,15 @@ class FeedHub:
         caps: WatcherCaps,
         *,
         read_slots: int = READ_SLOTS,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self.engine = engine
         self.clock = clock
         self.notifier = notifier
         self.caps = caps
+        self.backoff = backoff  # pause between failed feed reads (the listener's policy)
         self.reads = 0  # feed reads since start (one per change per watched job)
+        self.read_failures = 0  # failed feed reads since start (not the first ones)
         self._slots = asyncio.Semaphore(read_slots)
         self._feeds: dict[uuid.UUID, Feed] = {}
 
@@ -162,6 +185,11 @@ class FeedHub:
         watcher = Watcher(self, feed, key)
         try:
             await asyncio.shield(feed.first)  # shared: one watcher leaving cancels nothing
+        except Exception as exc:
+            watcher.close()
+            if database_unavailable(exc):  # an outage answered as such, not as a crash
+                raise DatabaseUnavailableError() from exc
+            raise
         except BaseException:
             watcher.close()
             raise

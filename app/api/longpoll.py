@@ -3,18 +3,23 @@
 The read is answered from the job's shared snapshot (:mod:`app.api.feeds`), never from
 a query of its own: a thousand held reads of one job cost one read per change.
 Owner scoping is checked on the snapshot's row, so another owner's job answers 404
-exactly like an unknown one.
+exactly like an unknown one. A client that disconnects while its read is held gives its
+watcher slot back at once (:func:`unless_client_leaves`), not when the wait would end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Row
+from starlette.types import Receive
 
 from app.api.deps import visible_owner
 from app.api.errors import JobNotFoundError
@@ -72,3 +77,32 @@ async def held_status(
         assert snapshot is not None
         assert snapshot.status is not None  # a visible job has its status body
         return Held(job, snapshot.status, snapshot.observed_now())
+
+
+T = TypeVar("T")
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone (a request without a body: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(receive: Receive, hold: Coroutine[Any, Any, T]) -> T | None:
+    """``hold``'s result, or ``None`` as soon as the client disconnects -- then ``hold``
+    is cancelled, and its ``finally`` gives the watcher slot back at once."""
+    held = asyncio.ensure_future(hold)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({held, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if held.done():
+            return held.result()
+        held.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await held
+        return None
+    finally:
+        for task in (held, gone):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone

@@ -146,6 +146,9 @@ async def test_a_listen_reconnect_refreshes_each_feed_once(
         for _ in range(10)
     ]
     await until(lambda: feeds.caps.watching == 20, "every long-poll to be held")
+    # A slot is taken before the feed's first read; on a busy machine that read may
+    # still be under way: wait for it, then the count must be exactly one per job.
+    await until(lambda: feeds.reads >= 2, "each feed's first read")
     assert feeds.reads == 2
     listener = app.state.atlas.notifier.listener
     async with app.state.atlas.engine.connect() as conn:
@@ -281,7 +284,7 @@ async def test_a_bystander_is_answered_while_300_long_polls_wait(
             for job, headers in ((alice_job, keys.a), (bob_job, keys.b), (alice_job, keys.op))
             for _ in range(100)
         ]
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # liveness only: a busy machine admits slowly
         while await scrape_watchers(http) < 300:
             assert time.monotonic() < deadline, "the long-polls never all waited"
             await asyncio.sleep(0.1)

@@ -8,12 +8,13 @@ import uuid
 from typing import Annotated, Any
 
 import structlog
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_batch, create_job
-from app.api.longpoll import held_status
+from app.api.longpoll import held_status, unless_client_leaves
+from app.api.middleware import CLIENT_CLOSED_STATUS
 from app.api.reading import (
     answer,
     answer_row,
@@ -226,6 +227,7 @@ async def get(
     job_id: uuid.UUID,
     state: StateDep,
     principal: CurrentPrincipal,
+    request: Request,
     response: Response,
     if_none_match: Annotated[str | None, Header(alias="If-None-Match", max_length=512)] = None,
     prefer: Annotated[
@@ -241,9 +243,12 @@ async def get(
         )
         found = status_headers(job, public)
     else:  # a held read: from the job's shared feed
-        held = await held_status(
-            state.feeds, job_id, principal, wait=wait, if_none_match=if_none_match
+        held = await unless_client_leaves(
+            request.receive,
+            held_status(state.feeds, job_id, principal, wait=wait, if_none_match=if_none_match),
         )
+        if held is None:  # the client left: its slot is free; nobody reads an answer
+            return Response(status_code=CLIENT_CLOSED_STATUS)
         job, public = held.job, held.status
         found = status_headers(job, public, now=held.now)
     found["Vary"] = "Prefer"

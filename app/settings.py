@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         default=None,
         description="When set, GET /metrics needs 'Authorization: Bearer <token>'.",
     )
+    metrics_sample_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often each API process samples the database-derived gauges.",
+    )
     public_url: str | None = Field(
         default=None,
         description=(

@@ -27,11 +27,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import metrics
 from app.clock import Clock
 from app.db.engine import (
     WORKER_SESSION_SETTINGS,
     create_engine,
     libpq_url,
+    pool_usage,
     resolve_database_url,
     single_statements,
 )
@@ -49,6 +51,8 @@ from workers.runner import JobRunner
 from workers.sweeper import Sweeper
 
 log = get_logger("atlas.worker.pool")
+
+POOL_SAMPLE_SECONDS = 5.0
 
 
 def default_worker_id() -> str:
@@ -142,6 +146,13 @@ class WorkerPool:
         # Publications in flight are bounded too: at most one extra slot set of them.
         return min(self.concurrency - working, 2 * self.concurrency - len(self._running))
 
+    async def sample_pool(self) -> None:
+        """Pool gauges (``atlas_db_pool_*{pool="worker"}``; summed over live worker
+        processes under ``serve``)."""
+        in_use, waiting = pool_usage(self.engine)
+        metrics.DB_POOL_IN_USE.labels("worker").set(in_use)
+        metrics.DB_POOL_WAITING.labels("worker").set(waiting)
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -162,6 +173,9 @@ class WorkerPool:
             asyncio.create_task(
                 self._every(self.settings.sweeper_interval_seconds, self.sweeper.run_once),
                 name="sweeper",
+            ),
+            asyncio.create_task(
+                self._every(POOL_SAMPLE_SECONDS, self.sample_pool), name="pool-gauges"
             ),
         ]
         try:
@@ -213,7 +227,8 @@ class WorkerPool:
 
     async def _run_job(self, ctx: JobContext) -> None:
         try:
-            await self.runner.run(ctx)
+            outcome = await self.runner.run(ctx)
+            metrics.ATTEMPTS.labels(ctx.job.kind, outcome.value).inc()
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # an ending could not be written: the reaper recovers it

@@ -9,6 +9,7 @@ balancer stops sending traffic.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,6 +23,7 @@ from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
+from app.api.queue_sampler import run_sampler
 from app.api.routers import events, health, jobs, operations, results, reviews
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
@@ -80,10 +82,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             migration_heads=health.migration_heads(),
         )
         app.state.atlas = state
+        sampler = asyncio.create_task(
+            run_sampler(
+                engine, clock, metrics.queue, every_seconds=settings.metrics_sample_seconds
+            ),
+            name="metrics-sampler",
+        )
         try:
             yield
         finally:
             state.draining = True
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
             await feeds.stop()
             await notifier.stop()
             await engine.dispose()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
@@ -121,6 +123,12 @@ def api(
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 4,
     worker_id: Annotated[str | None, typer.Option(help="Name shown in leases.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve this worker's Prometheus metrics on this port.")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Interface for --metrics-port.")] = (
+        DEFAULT_HOST
+    ),
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
     from app.logs import configure_logging
@@ -129,6 +137,10 @@ def worker(
     settings = get_settings()
     configure_logging(settings)
     os.environ["DATABASE_URL"] = database_url()
+    if metrics_port is not None:
+        from app.metrics import serve_worker_metrics
+
+        serve_worker_metrics(metrics_host, metrics_port)
     run_worker(settings, concurrency=concurrency, worker_id=worker_id)
 
 
@@ -147,10 +159,17 @@ def serve(
     exit code is non-zero: a half-running service is not left behind.
     """
     env = {**os.environ, "DATABASE_URL": database_url()}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    # Workers write their metrics to files here (prometheus-client's multiprocess
+    # mode); the API adds them to its /metrics. A fresh directory per run.
+    metrics_dir = tempfile.mkdtemp(prefix="atlas-metrics-")
     command = [sys.executable, "-m", "app.cli"]
+    worker_env = {**env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     processes = [
         subprocess.Popen(  # noqa: S603 - our own entry point
-            [*command, "api", "--host", host, "--port", str(port)], env=env, process_group=0
+            [*command, "api", "--host", host, "--port", str(port)],
+            env={**env, "ATLAS_WORKER_METRICS_DIR": metrics_dir},
+            process_group=0,
         ),
         *(
             subprocess.Popen(  # noqa: S603
@@ -162,7 +181,7 @@ def serve(
                     "--worker-id",
                     f"serve-{n}",
                 ],
-                env=env,
+                env=worker_env,
                 process_group=0,
             )
             for n in range(workers)
@@ -186,6 +205,7 @@ def serve(
     unexpected = not stopping
     stop(signal.SIGTERM)
     codes = [process.wait() for process in processes]
+    shutil.rmtree(metrics_dir, ignore_errors=True)
     # A child stopped by the signal we forwarded ended cleanly (uvicorn re-raises it).
     clean = {0, -signal.SIGTERM, -signal.SIGINT}
     if unexpected or any(code not in clean for code in codes):

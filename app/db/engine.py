@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -82,3 +84,18 @@ WORKER_SESSION_SETTINGS: dict[str, str] = {
     # so worker sessions simply do without bitmap scans.
     "enable_bitmapscan": "off",
 }
+
+
+def pool_usage(engine: AsyncEngine) -> tuple[int, int]:
+    """(connections checked out, tasks waiting for one) of the engine's pool.
+
+    SQLAlchemy exposes the first (``checkedout()``) but not the second: the waiters are
+    the pending getters of the asyncio queue under its ``AsyncAdaptedQueuePool``, read
+    here from that private layout (``tests/integration/test_pool_usage.py`` fails if a
+    SQLAlchemy release moves it; the count is then 0, never an error)."""
+    pool: Any = engine.pool
+    checked_out = int(pool.checkedout()) if hasattr(pool, "checkedout") else 0
+    queue = getattr(getattr(pool, "_pool", None), "__dict__", {}).get("_queue")
+    getters = getattr(queue, "_getters", None) or ()
+    waiting = sum(1 for getter in getters if not getter.done())
+    return checked_out, waiting

@@ -25,7 +25,6 @@ async def test_livez_readyz_and_metrics(client: httpx.AsyncClient, keys: Keys) -
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain")
     text_body = metrics.text
-    assert 'atlas_jobs{kind="atlas.bundle",state="queued"} 1.0' in text_body
     assert 'atlas_http_requests_total{method="POST",route="/v1/jobs",status="202"} 1.0' in text_body
     assert "atlas_listener_connected 1.0" in text_body
 

@@ -10,13 +10,15 @@ from typing import Annotated
 import structlog
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import StateDep
 from app.api.errors import UnauthorizedError
 from app.api.responses import public_problems
 from app.api.schemas import Health
 from app.db import reads
+from app.metrics import REGISTRY as PROCESS_METRICS
+from app.metrics import merged_exposition
 
 router = APIRouter(tags=["health"])
 log = structlog.get_logger("atlas.api.health")
@@ -94,15 +96,8 @@ async def metrics(
         (authorization or "").encode(), f"Bearer {token}".encode()
     ):
         raise UnauthorizedError("Send Authorization: Bearer <metrics token>")
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
-            counts = await reads.counts_by_state(conn)
-        state.metrics.jobs.clear()
-        for row in counts:
-            state.metrics.jobs.labels(row.kind, row.state).set(row.job_count)
-    except Exception as exc:  # metrics must answer even when the database does not
-        log.warning("metrics_jobs_unavailable", error_type=type(exc).__name__)
     state.metrics.listener_connected.set(1 if state.notifier.connected else 0)
     state.metrics.watchers.set(state.feeds.caps.watching)
     state.metrics.feeds.set(state.feeds.feeds)
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    body = merged_exposition(state.metrics.registry, PROCESS_METRICS)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

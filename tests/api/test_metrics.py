@@ -81,7 +81,8 @@ async def test_metrics_show_queued_running_failed_and_unresolved_jobs(
     # The oldest claimable age grows while nothing claims the job: database time is
     # moved forward (no sleeping), the next samples see it.
     first = value(text, "atlas_queue_oldest_claimable_age_seconds", kind=queued.kind)
-    assert first is not None and first >= 0
+    assert first is not None
+    assert first >= 0
     clock.advance(600)
 
     def grown(text: str) -> bool:

@@ -29,6 +29,14 @@ class Settings(BaseSettings):
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    shutdown_drain_seconds: float = Field(
+        default=3.0,
+        ge=0,
+        description=(
+            "API on SIGTERM: how long /readyz answers 503 (held reads and streams ended) "
+            "before the listener closes; part of shutdown_grace_seconds."
+        ),
+    )
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     batch_max_jobs: int = Field(
         default=100, gt=0, description="Most jobs one POST /v1/jobs:batch may create; more is 413."

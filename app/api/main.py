@@ -28,6 +28,7 @@ from app.api.routers import events, health, jobs, operations, results, reviews
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
+from app.db import migrations
 from app.db.engine import create_engine, libpq_url, resolve_database_url
 from app.settings import Settings, get_settings
 from app.signing import signer_from_settings
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             signer=signer_from_settings(settings),
             store=FilesystemStore(settings.results_dir),
             metrics=metrics,
-            migration_heads=health.migration_heads(),
+            migration_heads=migrations.heads(),
         )
         app.state.atlas = state
         sampler = asyncio.create_task(

@@ -30,16 +30,6 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def alembic_root() -> Path:
-    """Where alembic.ini lives: the source checkout, else the working directory."""
-    for candidate in (REPO_ROOT, Path.cwd()):
-        if (candidate / "alembic.ini").is_file():
-            return candidate
-    raise typer.BadParameter("alembic.ini not found; run from the Atlas Jobs checkout")
-
 
 def database_url() -> str:
     from app.db.engine import resolve_database_url
@@ -74,49 +64,42 @@ def db_stop() -> None:
 def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
-    """Apply database migrations (alembic upgrade)."""
+    """Apply database migrations (alembic upgrade) shipped with this installation."""
     from alembic import command
-    from alembic.config import Config
 
-    root = alembic_root()
-    config = Config(str(root / "alembic.ini"))
-    config.set_main_option("script_location", str(root / "alembic"))
-    config.set_main_option("sqlalchemy.url", database_url().replace("%", "%%"))
-    command.upgrade(config, revision)
-    typer.echo(f"database migrated to {revision}")
+    from app.cli.preflight import CliFailure, reason, where
+    from app.db import migrations
+
+    url = database_url()
+    typer.echo(f"migrating the database at {where(url)} to {revision} ...")
+    try:
+        command.upgrade(migrations.alembic_config(url), revision)
+    except Exception as exc:
+        raise CliFailure(f"migration failed at {where(url)}: {reason(exc)}") from exc
+    typer.echo(f"database migrated to {revision} ({', '.join(sorted(migrations.heads()))})")
+
+
+HostOption = Annotated[str, typer.Option(envvar=["ATLAS_HOST", "HOST"], help="Interface to bind.")]
+PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TCP port.")]
 
 
 @app.command()
-def api(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
-) -> None:
+def api(host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT) -> None:
     """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
-    import uvicorn
-
     from app.api.main import create_app
-    from app.api.middleware import ContainAnsweredErrors
+    from app.api.serving import run_api
+    from app.cli.preflight import require_current_schema, require_free_port
     from app.logs import configure_logging
 
     settings = get_settings()
     if settings.public_url is None:
         settings = settings.model_copy(update={"public_url": bind_url(host, port)})
+    url = database_url()
+    require_current_schema(url)
+    require_free_port(host, port)
     configure_logging(settings)
-    os.environ["DATABASE_URL"] = database_url()
-    uvicorn.run(
-        ContainAnsweredErrors(create_app(settings)),
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
-        # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
-        # only h11 bounds the size of the request line and headers.
-        http="h11",
-        h11_max_incomplete_event_size=settings.http_max_header_bytes,
-        limit_concurrency=settings.http_limit_concurrency,
-        timeout_keep_alive=settings.http_keep_alive_seconds,
-    )
+    os.environ["DATABASE_URL"] = url
+    run_api(create_app(settings), settings, host=host, port=port)
 
 
 @app.command()
@@ -131,23 +114,27 @@ def worker(
     ),
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    from app.cli.preflight import require_current_schema, require_free_port
     from app.logs import configure_logging
     from workers.pool import run_worker
 
     settings = get_settings()
+    url = database_url()
+    require_current_schema(url)
     configure_logging(settings)
-    os.environ["DATABASE_URL"] = database_url()
+    os.environ["DATABASE_URL"] = url
     if metrics_port is not None:
         from app.metrics import serve_worker_metrics
 
+        require_free_port(metrics_host, metrics_port, what="the worker's metrics")
         serve_worker_metrics(metrics_host, metrics_port)
     run_worker(settings, concurrency=concurrency, worker_id=worker_id)
 
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
+    host: HostOption = DEFAULT_HOST,
+    port: PortOption = DEFAULT_PORT,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
 ) -> None:
@@ -158,7 +145,12 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
-    env = {**os.environ, "DATABASE_URL": database_url()}
+    from app.cli.preflight import require_current_schema, require_free_port, where
+
+    url = database_url()
+    require_current_schema(url)
+    require_free_port(host, port)
+    env = {**os.environ, "DATABASE_URL": url}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     # Workers write their metrics to files here (prometheus-client's multiprocess
     # mode); the API adds them to its /metrics. A fresh directory per run.
@@ -187,6 +179,15 @@ def serve(
             for n in range(workers)
         ),
     ]
+    base = bind_url(host, port)
+    typer.echo(
+        f"Atlas Jobs: API {base}/v1 (health {base}/livez {base}/readyz, metrics "
+        f"{base}/metrics, docs {base}/docs); {workers} worker process(es) x {concurrency} "
+        f"job(s); database {where(url)}"
+    )
+    public = get_settings().public_url
+    if public and public != base:
+        typer.echo(f"Atlas Jobs: links handed out use ATLAS_PUBLIC_URL {public}")
     stopping = False
 
     def stop(signum: int, _frame: object = None) -> None:
@@ -229,8 +230,47 @@ def openapi(
         typer.echo(f"wrote {output}")
 
 
+DEBUG = False
+
+
+@app.callback()
+def options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", envvar="ATLAS_DEBUG", help="Show tracebacks of failures."),
+    ] = False,
+) -> None:
+    """Atlas Jobs: asynchronous request-reply jobs coordinated through PostgreSQL."""
+    global DEBUG
+    DEBUG = debug
+
+
 def main() -> None:
-    app()
+    """The console entry point: a failure is ONE line on stderr and exit code 1; the
+    traceback only with ``--debug`` (or ``ATLAS_DEBUG=1``)."""
+    from pydantic import ValidationError
+
+    from app.cli.preflight import CliFailure
+    from app.db.engine import DatabaseUrlError
+
+    try:
+        app()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        if DEBUG or os.environ.get("ATLAS_DEBUG") in {"1", "true", "yes"}:
+            raise
+        if isinstance(exc, CliFailure | DatabaseUrlError):
+            line = str(exc)
+        elif isinstance(exc, ValidationError):
+            line = "configuration: " + "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
+                for error in exc.errors()
+            )
+        else:
+            line = f"unexpected {type(exc).__name__} (run with --debug for the traceback)"
+        typer.echo(f"atlas-jobs: {line}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

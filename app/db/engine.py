@@ -5,18 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.settings import Settings
 
 
+class DatabaseUrlError(ValueError):
+    """``DATABASE_URL`` cannot be used; the message never repeats the URL (a password)."""
+
+
 def normalize_url(url: str) -> str:
     """Accept the usual ``postgres://``/``postgresql://`` spellings; use asyncpg."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise DatabaseUrlError(
+            "DATABASE_URL is not a URL (expected postgresql://user:password@host:5432/database)"
+        ) from exc
     if parsed.drivername in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
         parsed = parsed.set(drivername="postgresql+asyncpg")
     if parsed.drivername != "postgresql+asyncpg":
-        raise ValueError(f"unsupported database driver {parsed.drivername!r}; use PostgreSQL")
+        raise DatabaseUrlError(
+            f"DATABASE_URL: unsupported database driver {parsed.drivername!r}; use PostgreSQL"
+        )
     return parsed.render_as_string(hide_password=False)
 
 

@@ -16,7 +16,7 @@ import typer
 
 from app.cli.client import client_app, register_client_verbs
 from app.cli.keys import keys_app
-from app.settings import DEFAULT_HOST, DEFAULT_PORT, bind_url, get_settings
+from app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
 
 app = typer.Typer(
     name="atlas-jobs",
@@ -180,14 +180,21 @@ def serve(
         ),
     ]
     base = bind_url(host, port)
-    typer.echo(
+    settings = get_settings()
+    _say(
+        settings,
+        "serve.started",
         f"Atlas Jobs: API {base}/v1 (health {base}/livez {base}/readyz, metrics "
         f"{base}/metrics, docs {base}/docs); {workers} worker process(es) x {concurrency} "
-        f"job(s); database {where(url)}"
+        f"job(s); database {where(url)}",
+        api=f"{base}/v1",
+        readyz=f"{base}/readyz",
+        metrics=f"{base}/metrics",
+        workers=workers,
+        concurrency=concurrency,
+        database=where(url),
+        public_url=settings.public_url or base,
     )
-    public = get_settings().public_url
-    if public and public != base:
-        typer.echo(f"Atlas Jobs: links handed out use ATLAS_PUBLIC_URL {public}")
     stopping = False
 
     def stop(signum: int, _frame: object = None) -> None:
@@ -210,8 +217,25 @@ def serve(
     # A child stopped by the signal we forwarded ended cleanly (uvicorn re-raises it).
     clean = {0, -signal.SIGTERM, -signal.SIGINT}
     if unexpected or any(code not in clean for code in codes):
-        typer.echo(f"serve: a process exited unexpectedly (exit codes {codes})", err=True)
+        _say(
+            settings,
+            "serve.child_exited",
+            f"serve: a process exited unexpectedly (exit codes {codes})",
+            exit_codes=codes,
+        )
         raise typer.Exit(1)
+
+
+def _say(settings: Settings, event: str, line: str, **fields: object) -> None:
+    """A line for the person at the terminal, or one JSON log line in production
+    (``ATLAS_LOG_FORMAT=json``: every line a process writes is then JSON)."""
+    if settings.log_format == "json":
+        from app.logs import configure_logging, get_logger
+
+        configure_logging(settings)
+        get_logger("atlas.serve").info(event, **fields)
+    else:
+        typer.echo(line)
 
 
 @app.command()

@@ -6,6 +6,7 @@ process exits 0, and the job is finished or back to ``queued`` -- never stuck.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import uuid
@@ -43,7 +44,12 @@ async def test_sigterm_drains_readiness_first_then_watchers_then_exits(
         log_path=log_path,
         ready_url=f"{base}/readyz",
     ) as serve:
-        assert f"API {base}/v1" in log_path.read_text(), "serve prints the URLs it serves"
+        started = [
+            json.loads(line)
+            for line in log_path.read_text().splitlines()
+            if '"serve.started"' in line
+        ]
+        assert started[0]["api"] == f"{base}/v1", "serve says where it listens"
         async with httpx.AsyncClient(base_url=base, headers=keys.a, timeout=60) as http:
             created = await http.post(
                 "/v1/jobs", json={"kind": "atlas.bundle", "input": bundle_input("coast")}

@@ -103,6 +103,17 @@ class Settings(BaseSettings):
         default=None,
         description="When set, GET /metrics needs 'Authorization: Bearer <token>'.",
     )
+    result_store: str = Field(
+        default="filesystem",
+        pattern="^(filesystem|s3)$",
+        description="Where result files live: under data_dir, or an S3-compatible bucket.",
+    )
+    s3_bucket: str | None = Field(default=None, description="Bucket of the s3 result store.")
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint (MinIO, moto, ...); unset: AWS."
+    )
+    s3_region: str = Field(default="us-east-1")
+    s3_prefix: str = Field(default="", description="Key prefix inside the bucket.")
     metrics_sample_seconds: float = Field(
         default=15.0,
         gt=0,
@@ -115,6 +126,12 @@ class Settings(BaseSettings):
             "from the request's Host header. Unset: derived from the bind address."
         ),
     )
+
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> Settings:
+        if self.result_store == "s3" and not self.s3_bucket:
+            raise ValueError("ATLAS_RESULT_STORE=s3 needs ATLAS_S3_BUCKET")
+        return self
 
     @model_validator(mode="after")
     def _room_beside_watchers(self) -> Settings:

@@ -39,7 +39,7 @@ from app.db.engine import (
 )
 from app.logs import get_logger
 from app.settings import Settings
-from app.storage import FilesystemStore
+from app.storage import make_store
 from app.transitions import Actor, Transitions
 from workers.completer import Completer
 from workers.context import JobContext
@@ -89,7 +89,7 @@ class WorkerPool:
         )
         self.statements = single_statements(self.engine)
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
-        self.store = FilesystemStore(settings.results_dir)
+        self.store = make_store(settings)
         self.actor = Actor("worker", self.worker_id)
         self.completer = Completer(
             self.statements,

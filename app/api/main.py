@@ -32,7 +32,7 @@ from app.db import migrations
 from app.db.engine import create_engine, libpq_url, resolve_database_url
 from app.settings import Settings, get_settings
 from app.signing import signer_from_settings
-from app.storage import FilesystemStore
+from app.storage import make_store
 from app.transitions import Transitions
 
 DESCRIPTION = """\
@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             notifier=notifier,
             feeds=feeds,
             signer=signer_from_settings(settings),
-            store=FilesystemStore(settings.results_dir),
+            store=make_store(settings),
             metrics=metrics,
             migration_heads=migrations.heads(),
         )

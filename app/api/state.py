@@ -12,7 +12,7 @@ from app.api.notifier import JobChangeNotifier
 from app.clock import Clock
 from app.settings import Settings
 from app.signing import DownloadSigner
-from app.storage import FilesystemStore
+from app.storage import ResultStore
 from app.transitions import Transitions
 
 
@@ -25,7 +25,7 @@ class ApiState:
     notifier: JobChangeNotifier
     feeds: FeedHub
     signer: DownloadSigner
-    store: FilesystemStore
+    store: ResultStore
     metrics: ApiMetrics
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False

@@ -109,3 +109,22 @@ async def test_metrics_show_queued_running_failed_and_unresolved_jobs(
             )
             == 1
         )
+
+
+async def test_cancels_won_and_lost_to_publication_are_counted_apart(
+    http: httpx.AsyncClient, jobs: JobFactory, keys: Keys
+) -> None:
+    def counts(text: str) -> tuple[float, float]:
+        won = total(text, "atlas_transitions_total", transition="request_cancel")
+        lost = total(text, "atlas_transitions_total", transition="cancel_too_late")
+        return won, lost
+
+    won_before, lost_before = counts(await scrape(http))
+    published = await jobs.make(JobState.SUCCEEDED)
+    running = await jobs.make(JobState.RUNNING)
+    assert (await http.post(f"/v1/jobs/{published.id}/cancel", headers=keys.a)).status_code == 409
+    assert (await http.post(f"/v1/jobs/{running.id}/cancel", headers=keys.a)).status_code == 202
+    won, lost = counts(await scrape(http))
+    # Process-wide counters: compared with what they were before this test.
+    assert won == won_before + 1
+    assert lost == lost_before + 1

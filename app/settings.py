@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    startup_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="serve/api/worker: how long to wait for an unreachable database at start.",
+    )
     shutdown_drain_seconds: float = Field(
         default=3.0,
         ge=0,

@@ -95,7 +95,7 @@ def api(host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT) -> Non
     if settings.public_url is None:
         settings = settings.model_copy(update={"public_url": bind_url(host, port)})
     url = database_url()
-    require_current_schema(url)
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
     require_free_port(host, port)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
@@ -120,7 +120,7 @@ def worker(
 
     settings = get_settings()
     url = database_url()
-    require_current_schema(url)
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
     if metrics_port is not None:
@@ -148,7 +148,7 @@ def serve(
     from app.cli.preflight import require_current_schema, require_free_port, where
 
     url = database_url()
-    require_current_schema(url)
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
     require_free_port(host, port)
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -293,7 +293,14 @@ def main() -> None:
             )
         else:
             line = f"unexpected {type(exc).__name__} (run with --debug for the traceback)"
-        typer.echo(f"atlas-jobs: {line}", err=True)
+        if os.environ.get("ATLAS_LOG_FORMAT") == "json":  # production: every line is JSON
+            import json
+
+            typer.echo(
+                json.dumps({"event": "cli.failed", "level": "error", "message": line}), err=True
+            )
+        else:
+            typer.echo(f"atlas-jobs: {line}", err=True)
         sys.exit(1)
 
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
+import os
 import socket
+import sys
+import time
 
 from sqlalchemy.engine import make_url
 
@@ -55,15 +59,48 @@ async def _status(url: str) -> SchemaStatus:
         await engine.dispose()
 
 
-def require_current_schema(url: str) -> None:
-    """The database answers and its schema is the one this installation expects."""
-    try:
-        status = asyncio.run(_status(url))
-    except Exception as exc:
-        raise CliFailure(f"cannot use the database at {where(url)}: {reason(exc)}") from exc
+PERMANENT = ("InvalidPassword", "InvalidAuthorization", "InvalidCatalogName")
+
+
+def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
+    """The database answers and its schema is the one this installation expects.
+
+    A database that does not answer is waited for up to ``wait_seconds``
+    (``ATLAS_STARTUP_WAIT_SECONDS``): processes started while it restarts come up by
+    themselves. A refused login, a missing database or a wrong schema fail at once."""
+    deadline = time.monotonic() + wait_seconds
+    pause = 0.5
+    told = False
+    while True:
+        try:
+            status = asyncio.run(_status(url))
+            break
+        except Exception as exc:
+            name = type(getattr(exc, "orig", None) or exc).__name__
+            if time.monotonic() + pause > deadline or any(p in name for p in PERMANENT):
+                raise CliFailure(f"cannot use the database at {where(url)}: {reason(exc)}") from exc
+            if not told:
+                print(
+                    f"atlas-jobs: waiting up to {wait_seconds:.0f} s for the database at "
+                    f"{where(url)} ({reason(exc)})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                told = True
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
     problem = status.problem()
     if problem is not None:
         raise CliFailure(f"{problem} (database {where(url)})")
+
+
+def _tell(line: str) -> None:
+    """One line on stderr: JSON in production (``ATLAS_LOG_FORMAT=json``)."""
+    if os.environ.get("ATLAS_LOG_FORMAT") == "json":
+        text = json.dumps({"event": "cli.waiting", "level": "warning", "message": line})
+    else:
+        text = f"atlas-jobs: {line}"
+    print(text, file=sys.stderr, flush=True)
 
 
 def require_free_port(host: str, port: int, *, what: str = "the API") -> None:

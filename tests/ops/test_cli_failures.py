@@ -4,6 +4,7 @@ migrated, a port in use."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,7 +31,13 @@ def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.Com
 
 
 def env_with(data_dir: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "ATLAS_DATA_DIR": str(data_dir), "ATLAS_LOG_FORMAT": "json", **extra}
+    return {
+        **os.environ,
+        "ATLAS_DATA_DIR": str(data_dir),
+        "ATLAS_LOG_FORMAT": "console",
+        "ATLAS_STARTUP_WAIT_SECONDS": "0",
+        **extra,
+    }
 
 
 def one_line_failure(done: subprocess.CompletedProcess[str]) -> str:
@@ -115,6 +122,31 @@ def test_a_port_in_use_is_one_line(database_url: str, data_dir: Path) -> None:
             run("api", "--port", str(port), env=env_with(data_dir, DATABASE_URL=database_url))
         )
     assert f"port {port} on 127.0.0.1 is in use" in line
+
+
+def test_in_production_mode_the_failure_is_one_json_line(data_dir: Path) -> None:
+    url = f"postgresql://atlas@127.0.0.1:{free_port()}/atlas"
+    done = run("worker", env=env_with(data_dir, DATABASE_URL=url, ATLAS_LOG_FORMAT="json"))
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    event = json.loads(line)
+    assert event["event"] == "cli.failed"
+    assert "connection refused" in event["message"]
+
+
+def test_a_database_that_comes_back_is_waited_for(data_dir: Path) -> None:
+    """Within ATLAS_STARTUP_WAIT_SECONDS an unreachable database is retried, saying so
+    once; past it, the same one-line failure."""
+    port = free_port()
+    url = f"postgresql://atlas@127.0.0.1:{port}/atlas"
+    done = run("worker", env=env_with(data_dir, DATABASE_URL=url, ATLAS_STARTUP_WAIT_SECONDS="2"))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2, done.stderr
+    assert lines[0].startswith(
+        f"atlas-jobs: waiting up to 2 s for the database at 127.0.0.1:{port}"
+    )
+    assert "connection refused" in lines[1]
 
 
 def test_debug_shows_the_traceback(data_dir: Path) -> None:

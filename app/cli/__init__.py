@@ -32,9 +32,17 @@ register_client_verbs(app)
 
 
 def database_url() -> str:
+    from app.cli.preflight import CliFailure
     from app.db.engine import resolve_database_url
 
-    return resolve_database_url(get_settings())
+    settings = get_settings()
+    try:
+        return resolve_database_url(settings)
+    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliFailure(
+            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
+        ) from exc
 
 
 @db_app.command("url")

@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 PYTEST_ARGS ?=
 CHAOS ?= full
 CHAOS_ONLY ?=
@@ -15,19 +16,30 @@ CHAOS_ONLY ?=
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# What running needs (no dev tools): `make run`.
+$(RUNTIME_STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "Python 3.11+ is required (found $$($(PYTHON) --version))"; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@test -x $(BIN)/python || { echo "==> creating the virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> upgrading pip in $(VENV)"
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "==> installing Atlas Jobs and its runtime dependencies (first time: about a minute)"
+	@$(BIN)/python -m pip install --quiet --progress-bar off -e .
+	@touch $(RUNTIME_STAMP)
+
+# Adds the dev tools (lint, tests): `make test`, `make lint`, ...
+$(STAMP): $(RUNTIME_STAMP)
+	@echo "==> installing the dev tools (pytest, ruff, mypy, ...)"
+	@$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
+	@touch $(STAMP)
 
 install: $(STAMP) ## Create the virtualenv and install the project with its dev tools
 
-run: $(STAMP) ## Migrate and serve the API + workers (embedded PostgreSQL unless DATABASE_URL)
-	$(BIN)/atlas-jobs migrate
-	$(BIN)/atlas-jobs serve
+run: $(RUNTIME_STAMP) ## Migrate and serve the API + workers (embedded PostgreSQL unless DATABASE_URL)
+	@echo "==> migrating the database (starts the embedded PostgreSQL unless DATABASE_URL is set)"
+	@$(BIN)/atlas-jobs migrate
+	@echo "==> serving (Ctrl-C stops; HOST/PORT or ATLAS_HOST/ATLAS_PORT choose the address)"
+	@$(BIN)/atlas-jobs serve
 
 test: lint ## Lint, then run the whole suite against a real PostgreSQL
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -32,7 +32,35 @@ def configure_logging(settings: Settings) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr, force=True)
+    # Libraries log through the standard library (uvicorn, asyncio, SQLAlchemy): their
+    # records go through the same renderer, so in production every line is one JSON
+    # object. Their exception text is dropped: it can quote data (format_exc_info would
+    # render a traceback whose message quotes SQL parameters or a key's value).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                *shared,
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.ExtraAdder(),
+                _drop_exception_text,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    logging.basicConfig(level=max(level, logging.WARNING), handlers=[handler], force=True)
+
+
+def _drop_exception_text(
+    _logger: object, _name: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    record = event.get("_record")
+    if record is not None and record.exc_info:
+        event["error_class"] = type(record.exc_info[1]).__name__
+        record.exc_info = None
+        record.exc_text = None
+    event.pop("exc_info", None)
+    return event
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

@@ -43,6 +43,19 @@ class Settings(BaseSettings):
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    startup_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="serve/api/worker: how long to wait for an unreachable database at start.",
+    )
+    shutdown_drain_seconds: float = Field(
+        default=3.0,
+        ge=0,
+        description=(
+            "API on SIGTERM: how long /readyz answers 503 (held reads and streams ended) "
+            "before the listener closes; part of shutdown_grace_seconds."
+        ),
+    )
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     batch_max_jobs: int = Field(
         default=100, gt=0, description="Most jobs one POST /v1/jobs:batch may create; more is 413."
@@ -117,6 +130,22 @@ class Settings(BaseSettings):
         default=None,
         description="When set, GET /metrics needs 'Authorization: Bearer <token>'.",
     )
+    result_store: str = Field(
+        default="filesystem",
+        pattern="^(filesystem|s3)$",
+        description="Where result files live: under data_dir, or an S3-compatible bucket.",
+    )
+    s3_bucket: str | None = Field(default=None, description="Bucket of the s3 result store.")
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint (MinIO, moto, ...); unset: AWS."
+    )
+    s3_region: str = Field(default="us-east-1")
+    s3_prefix: str = Field(default="", description="Key prefix inside the bucket.")
+    metrics_sample_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often each API process samples the database-derived gauges.",
+    )
     public_url: str | None = Field(
         default=None,
         description=(
@@ -144,6 +173,12 @@ class Settings(BaseSettings):
             if not re.match(DESTINATION_NAME, name):
                 raise ValueError(f"destination name {name!r} must match {DESTINATION_NAME}")
         return value
+
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> Settings:
+        if self.result_store == "s3" and not self.s3_bucket:
+            raise ValueError("ATLAS_RESULT_STORE=s3 needs ATLAS_S3_BUCKET")
+        return self
 
     @model_validator(mode="after")
     def _room_beside_watchers(self) -> Settings:

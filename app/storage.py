@@ -1,4 +1,6 @@
-"""Result storage behind a small interface (filesystem now; object storage later).
+"""Result storage behind a small interface: the filesystem store (default) here, an
+S3-compatible object store in :mod:`app.objectstore`; :func:`make_store` picks one by
+configuration (``ATLAS_RESULT_STORE``).
 
 Layout under ``ATLAS_DATA_DIR/results``::
 
@@ -24,10 +26,13 @@ import re
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -89,13 +94,23 @@ def _owner_dir_name(owner: str) -> str:
     return "h-" + hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True, slots=True)
+class PublishedFile:
+    """One published file to hand out: a local ``path`` (served with ``sendfile``) or,
+    for a remote store, ``chunks`` that read it (called in a worker thread)."""
+
+    size: int
+    path: Path | None = None
+    chunks: Callable[[], Iterator[bytes]] | None = None
+
+
 class ResultStore(Protocol):
     def write_staged(self, job_id: uuid.UUID, name: str, data: bytes) -> StoredFile: ...
     def staged_files(self, job_id: uuid.UUID) -> list[StoredFile]: ...
     def has_staged(self, job_id: uuid.UUID, name: str) -> bool: ...
     def read_staged(self, job_id: uuid.UUID, name: str) -> bytes: ...
     def publish(self, owner: str, job_id: uuid.UUID) -> list[StoredFile]: ...
-    def published_path(self, owner: str, job_id: uuid.UUID, name: str) -> Path | None: ...
+    def published_file(self, owner: str, job_id: uuid.UUID, name: str) -> PublishedFile | None: ...
     def remove_published(self, owner: str, job_id: uuid.UUID) -> None: ...
     def remove_staging(self, job_id: uuid.UUID) -> None: ...
     def staged_job_ids(self) -> list[uuid.UUID]: ...
@@ -165,6 +180,10 @@ class FilesystemStore:
             return None
         return path if path.is_file() else None
 
+    def published_file(self, owner: str, job_id: uuid.UUID, name: str) -> PublishedFile | None:
+        path = self.published_path(owner, job_id, name)
+        return None if path is None else PublishedFile(path.stat().st_size, path=path)
+
     def remove_published(self, owner: str, job_id: uuid.UUID) -> None:
         shutil.rmtree(self._published_dir(owner, job_id), ignore_errors=True)
 
@@ -202,6 +221,21 @@ class FilesystemStore:
 
     def remove_published_entry(self, entry: PublishedEntry) -> None:
         shutil.rmtree(self._published / entry.owner_dir / str(entry.job_id), ignore_errors=True)
+
+
+def make_store(settings: Settings) -> ResultStore:
+    """The configured result store: ``filesystem`` under ``ATLAS_DATA_DIR/results``, or
+    ``s3`` (``ATLAS_S3_*``; needs the ``s3`` extra)."""
+    if settings.result_store == "s3":
+        from app.objectstore import S3Store
+
+        return S3Store.from_settings(settings)
+    return FilesystemStore(settings.results_dir)
+
+
+def owner_dir_name(owner: str) -> str:
+    """The owner's part of a published location (hashed when not a safe name)."""
+    return _owner_dir_name(owner)
 
 
 def _visible_files(directory: Path) -> Iterator[Path]:

@@ -15,6 +15,7 @@ from app.clock import Clock
 from app.db.engine import create_engine
 from app.transitions import Transitions
 from tests.factory import JobFactory
+from tests.objectstore import ObjectServer, moto_server
 from tests.support import REPO, Server, alembic, server_from_environment
 
 TEST_DATA_DIR = Path(os.environ.get("ATLAS_TEST_DATA_DIR", REPO / ".atlas" / "test"))
@@ -66,6 +67,13 @@ def transitions(clock: Clock) -> Transitions:
 @pytest.fixture
 def jobs(engine: AsyncEngine, transitions: Transitions) -> JobFactory:
     return JobFactory(engine, transitions)
+
+
+@pytest.fixture(scope="session")
+def object_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectServer]:
+    """A real S3-compatible server (moto, server mode) for the session."""
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
 
 
 @pytest.fixture

@@ -27,17 +27,19 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import metrics
 from app.clock import Clock
 from app.db.engine import (
     WORKER_SESSION_SETTINGS,
     create_engine,
     libpq_url,
+    pool_usage,
     resolve_database_url,
     single_statements,
 )
 from app.logs import get_logger
 from app.settings import Settings
-from app.storage import FilesystemStore
+from app.storage import make_store
 from app.transitions import Actor, Transitions
 from workers.completer import Completer
 from workers.context import JobContext
@@ -50,6 +52,8 @@ from workers.runner import JobRunner
 from workers.sweeper import Sweeper
 
 log = get_logger("atlas.worker.pool")
+
+POOL_SAMPLE_SECONDS = 5.0
 
 
 def default_worker_id() -> str:
@@ -86,7 +90,7 @@ class WorkerPool:
         )
         self.statements = single_statements(self.engine)
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
-        self.store = FilesystemStore(settings.results_dir)
+        self.store = make_store(settings)
         self.actor = Actor("worker", self.worker_id)
         self.completer = Completer(
             self.statements,
@@ -149,6 +153,13 @@ class WorkerPool:
         # Publications in flight are bounded too: at most one extra slot set of them.
         return min(self.concurrency - working, 2 * self.concurrency - len(self._running))
 
+    async def sample_pool(self) -> None:
+        """Pool gauges (``atlas_db_pool_*{pool="worker"}``; summed over live worker
+        processes under ``serve``)."""
+        in_use, waiting = pool_usage(self.engine)
+        metrics.DB_POOL_IN_USE.labels("worker").set(in_use)
+        metrics.DB_POOL_WAITING.labels("worker").set(waiting)
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -169,6 +180,9 @@ class WorkerPool:
             asyncio.create_task(
                 self._every(self.settings.sweeper_interval_seconds, self.sweeper.run_once),
                 name="sweeper",
+            ),
+            asyncio.create_task(
+                self._every(POOL_SAMPLE_SECONDS, self.sample_pool), name="pool-gauges"
             ),
         ]
         try:
@@ -220,7 +234,8 @@ class WorkerPool:
 
     async def _run_job(self, ctx: JobContext) -> None:
         try:
-            await self.runner.run(ctx)
+            outcome = await self.runner.run(ctx)
+            metrics.ATTEMPTS.labels(ctx.job.kind, outcome.value).inc()
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # an ending could not be written: the reaper recovers it

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app import metrics
 from app.lifecycle import AttemptOutcome, JobState, Reason
 from app.logs import get_logger
 from app.settings import Settings
@@ -325,6 +326,7 @@ class JobRunner:
             return await self._cancel(ctx)
         if not isinstance(outcome, Applied):
             return self._lost(ctx)
+        metrics.RETRIES.labels(job.kind, error["code"], result.value).inc()
         log.info(
             "job.attempt_ended",
             job_id=str(ctx.job_id),

@@ -65,12 +65,22 @@ class Feed:
         snapshot = self.snapshot
         if snapshot is not None and snapshot.serial > serial:
             return snapshot
+        if self._hub.is_draining():  # shutting down: nobody is held any longer
+            return None
         published = self._published
         try:
             await asyncio.wait_for(published.wait(), timeout=max(0.0, seconds))
         except TimeoutError:
             return None
-        return self.snapshot
+        snapshot = self.snapshot
+        if self._hub.is_draining() and (snapshot is None or snapshot.serial <= serial):
+            return None
+        return snapshot
+
+    def wake(self) -> None:
+        """Wake every watcher waiting on this feed without a new snapshot (drain)."""
+        published, self._published = self._published, asyncio.Event()
+        published.set()
 
     def close(self) -> None:
         self._task.cancel()
@@ -167,6 +177,7 @@ class FeedHub:
         self.backoff = backoff  # pause between failed feed reads (the listener's policy)
         self.reads = 0  # feed reads since start (one per change per watched job)
         self.read_failures = 0  # failed feed reads since start (not the first ones)
+        self.draining = False
         self._slots = asyncio.Semaphore(read_slots)
         self._feeds: dict[uuid.UUID, Feed] = {}
 
@@ -227,6 +238,17 @@ class FeedHub:
         (an event stream catching up on more than its feed holds)."""
         async with self._slots, self.engine.connect() as conn:
             return await reads.history(conn, job_id, after_seq=after_seq, limit=HISTORY_PAGE)
+
+    def is_draining(self) -> bool:
+        return self.draining
+
+    def drain(self) -> None:
+        """Shutdown has begun: every held read answers now and every event stream ends
+        (its ``retry:`` hint tells the client when to reconnect, elsewhere); watchers
+        arriving from now on are answered at once."""
+        self.draining = True
+        for feed in list(self._feeds.values()):
+            feed.wake()
 
     async def stop(self) -> None:
         feeds = list(self._feeds.values())

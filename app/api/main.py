@@ -9,6 +9,7 @@ balancer stops sending traffic.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,14 +23,16 @@ from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
+from app.api.queue_sampler import run_sampler
 from app.api.routers import events, health, jobs, operations, results, reviews, signals
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
+from app.db import migrations
 from app.db.engine import create_engine, libpq_url, resolve_database_url
 from app.settings import Settings, get_settings
 from app.signing import signer_from_settings
-from app.storage import FilesystemStore
+from app.storage import make_store
 from app.transitions import Transitions
 
 DESCRIPTION = """\
@@ -79,15 +82,23 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             notifier=notifier,
             feeds=feeds,
             signer=signer_from_settings(settings),
-            store=FilesystemStore(settings.results_dir),
+            store=make_store(settings),
             metrics=metrics,
-            migration_heads=health.migration_heads(),
+            migration_heads=migrations.heads(),
         )
         app.state.atlas = state
+        sampler = asyncio.create_task(
+            run_sampler(
+                engine, clock, metrics.queue, every_seconds=settings.metrics_sample_seconds
+            ),
+            name="metrics-sampler",
+        )
         try:
             yield
         finally:
             state.draining = True
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
             await feeds.stop()
             await notifier.stop()
             await engine.dispose()

@@ -1,10 +1,16 @@
-"""Prometheus metrics of one API process (its own registry, so apps do not collide)."""
+"""Prometheus metrics of one API process (its own registry, so apps do not collide).
+
+``/metrics`` serves this registry, the process-wide families of :mod:`app.metrics` and,
+under ``atlas-jobs serve``, the worker processes' families (multiprocess mode).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.api.queue_sampler import QueueGauges
 
 
 @dataclass
@@ -24,12 +30,8 @@ class ApiMetrics:
             ["method", "route"],
             registry=self.registry,
         )
-        self.jobs = Gauge(
-            "atlas_jobs",
-            "Jobs per kind and execution state (sampled at scrape time).",
-            ["kind", "state"],
-            registry=self.registry,
-        )
+        self.queue = QueueGauges()
+        self.registry.register(self.queue)
         self.jobs_created = Counter(
             "atlas_jobs_created_total",
             "Jobs created through this process (replays of an Idempotency-Key excluded).",

@@ -13,7 +13,7 @@ from app.clock import Clock
 from app.db.engine import single_statements
 from app.settings import Settings
 from app.signing import DownloadSigner
-from app.storage import FilesystemStore
+from app.storage import ResultStore
 from app.transitions import Transitions
 
 
@@ -26,7 +26,7 @@ class ApiState:
     notifier: JobChangeNotifier
     feeds: FeedHub
     signer: DownloadSigner
-    store: FilesystemStore
+    store: ResultStore
     metrics: ApiMetrics
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +16,7 @@ import typer
 
 from app.cli.client import client_app, register_client_verbs
 from app.cli.keys import keys_app
-from app.settings import DEFAULT_HOST, DEFAULT_PORT, bind_url, get_settings
+from app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
 
 app = typer.Typer(
     name="atlas-jobs",
@@ -28,21 +30,19 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def alembic_root() -> Path:
-    """Where alembic.ini lives: the source checkout, else the working directory."""
-    for candidate in (REPO_ROOT, Path.cwd()):
-        if (candidate / "alembic.ini").is_file():
-            return candidate
-    raise typer.BadParameter("alembic.ini not found; run from the Atlas Jobs checkout")
-
 
 def database_url() -> str:
+    from app.cli.preflight import CliFailure
     from app.db.engine import resolve_database_url
 
-    return resolve_database_url(get_settings())
+    settings = get_settings()
+    try:
+        return resolve_database_url(settings)
+    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliFailure(
+            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
+        ) from exc
 
 
 @db_app.command("url")
@@ -72,70 +72,77 @@ def db_stop() -> None:
 def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
-    """Apply database migrations (alembic upgrade)."""
+    """Apply database migrations (alembic upgrade) shipped with this installation."""
     from alembic import command
-    from alembic.config import Config
 
-    root = alembic_root()
-    config = Config(str(root / "alembic.ini"))
-    config.set_main_option("script_location", str(root / "alembic"))
-    config.set_main_option("sqlalchemy.url", database_url().replace("%", "%%"))
-    command.upgrade(config, revision)
-    typer.echo(f"database migrated to {revision}")
+    from app.cli.preflight import CliFailure, reason, where
+    from app.db import migrations
+
+    url = database_url()
+    typer.echo(f"migrating the database at {where(url)} to {revision} ...")
+    try:
+        command.upgrade(migrations.alembic_config(url), revision)
+    except Exception as exc:
+        raise CliFailure(f"migration failed at {where(url)}: {reason(exc)}") from exc
+    typer.echo(f"database migrated to {revision} ({', '.join(sorted(migrations.heads()))})")
+
+
+HostOption = Annotated[str, typer.Option(envvar=["ATLAS_HOST", "HOST"], help="Interface to bind.")]
+PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TCP port.")]
 
 
 @app.command()
-def api(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
-) -> None:
+def api(host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT) -> None:
     """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
-    import uvicorn
-
     from app.api.main import create_app
-    from app.api.middleware import ContainAnsweredErrors
+    from app.api.serving import run_api
+    from app.cli.preflight import require_current_schema, require_free_port
     from app.logs import configure_logging
 
     settings = get_settings()
     if settings.public_url is None:
         settings = settings.model_copy(update={"public_url": bind_url(host, port)})
+    url = database_url()
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    require_free_port(host, port)
     configure_logging(settings)
-    os.environ["DATABASE_URL"] = database_url()
-    uvicorn.run(
-        ContainAnsweredErrors(create_app(settings)),
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
-        # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
-        # only h11 bounds the size of the request line and headers.
-        http="h11",
-        h11_max_incomplete_event_size=settings.http_max_header_bytes,
-        limit_concurrency=settings.http_limit_concurrency,
-        timeout_keep_alive=settings.http_keep_alive_seconds,
-    )
+    os.environ["DATABASE_URL"] = url
+    run_api(create_app(settings), settings, host=host, port=port)
 
 
 @app.command()
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once.")] = 4,
     worker_id: Annotated[str | None, typer.Option(help="Name shown in leases.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve this worker's Prometheus metrics on this port.")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Interface for --metrics-port.")] = (
+        DEFAULT_HOST
+    ),
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    from app.cli.preflight import require_current_schema, require_free_port
     from app.logs import configure_logging
     from workers.pool import run_worker
 
     settings = get_settings()
+    url = database_url()
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
     configure_logging(settings)
-    os.environ["DATABASE_URL"] = database_url()
+    os.environ["DATABASE_URL"] = url
+    if metrics_port is not None:
+        from app.metrics import serve_worker_metrics
+
+        require_free_port(metrics_host, metrics_port, what="the worker's metrics")
+        serve_worker_metrics(metrics_host, metrics_port)
     run_worker(settings, concurrency=concurrency, worker_id=worker_id)
 
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
+    host: HostOption = DEFAULT_HOST,
+    port: PortOption = DEFAULT_PORT,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
 ) -> None:
@@ -146,11 +153,23 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
-    env = {**os.environ, "DATABASE_URL": database_url()}
+    from app.cli.preflight import require_current_schema, require_free_port, where
+
+    url = database_url()
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    require_free_port(host, port)
+    env = {**os.environ, "DATABASE_URL": url}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    # Workers write their metrics to files here (prometheus-client's multiprocess
+    # mode); the API adds them to its /metrics. A fresh directory per run.
+    metrics_dir = tempfile.mkdtemp(prefix="atlas-metrics-")
     command = [sys.executable, "-m", "app.cli"]
+    worker_env = {**env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     processes = [
         subprocess.Popen(  # noqa: S603 - our own entry point
-            [*command, "api", "--host", host, "--port", str(port)], env=env, process_group=0
+            [*command, "api", "--host", host, "--port", str(port)],
+            env={**env, "ATLAS_WORKER_METRICS_DIR": metrics_dir},
+            process_group=0,
         ),
         *(
             subprocess.Popen(  # noqa: S603
@@ -162,12 +181,28 @@ def serve(
                     "--worker-id",
                     f"serve-{n}",
                 ],
-                env=env,
+                env=worker_env,
                 process_group=0,
             )
             for n in range(workers)
         ),
     ]
+    base = bind_url(host, port)
+    settings = get_settings()
+    _say(
+        settings,
+        "serve.started",
+        f"Atlas Jobs: API {base}/v1 (health {base}/livez {base}/readyz, metrics "
+        f"{base}/metrics, docs {base}/docs); {workers} worker process(es) x {concurrency} "
+        f"job(s); database {where(url)}",
+        api=f"{base}/v1",
+        readyz=f"{base}/readyz",
+        metrics=f"{base}/metrics",
+        workers=workers,
+        concurrency=concurrency,
+        database=where(url),
+        public_url=settings.public_url or base,
+    )
     stopping = False
 
     def stop(signum: int, _frame: object = None) -> None:
@@ -186,10 +221,16 @@ def serve(
     unexpected = not stopping
     stop(signal.SIGTERM)
     codes = [process.wait() for process in processes]
+    shutil.rmtree(metrics_dir, ignore_errors=True)
     # A child stopped by the signal we forwarded ended cleanly (uvicorn re-raises it).
     clean = {0, -signal.SIGTERM, -signal.SIGINT}
     if unexpected or any(code not in clean for code in codes):
-        typer.echo(f"serve: a process exited unexpectedly (exit codes {codes})", err=True)
+        _say(
+            settings,
+            "serve.child_exited",
+            f"serve: a process exited unexpectedly (exit codes {codes})",
+            exit_codes=codes,
+        )
         raise typer.Exit(1)
 
 
@@ -209,6 +250,16 @@ def dev_destination(
     data.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"test destination on http://{host}:{port} (record: {data})")
     asyncio.run(serve_destination(host, port, data))
+def _say(settings: Settings, event: str, line: str, **fields: object) -> None:
+    """A line for the person at the terminal, or one JSON log line in production
+    (``ATLAS_LOG_FORMAT=json``: every line a process writes is then JSON)."""
+    if settings.log_format == "json":
+        from app.logs import configure_logging, get_logger
+
+        configure_logging(settings)
+        get_logger("atlas.serve").info(event, **fields)
+    else:
+        typer.echo(line)
 
 
 @app.command()
@@ -227,8 +278,54 @@ def openapi(
         typer.echo(f"wrote {output}")
 
 
+DEBUG = False
+
+
+@app.callback()
+def options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", envvar="ATLAS_DEBUG", help="Show tracebacks of failures."),
+    ] = False,
+) -> None:
+    """Atlas Jobs: asynchronous request-reply jobs coordinated through PostgreSQL."""
+    global DEBUG
+    DEBUG = debug
+
+
 def main() -> None:
-    app()
+    """The console entry point: a failure is ONE line on stderr and exit code 1; the
+    traceback only with ``--debug`` (or ``ATLAS_DEBUG=1``)."""
+    from pydantic import ValidationError
+
+    from app.cli.preflight import CliFailure
+    from app.db.engine import DatabaseUrlError
+
+    try:
+        app()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        if DEBUG or os.environ.get("ATLAS_DEBUG") in {"1", "true", "yes"}:
+            raise
+        if isinstance(exc, CliFailure | DatabaseUrlError):
+            line = str(exc)
+        elif isinstance(exc, ValidationError):
+            line = "configuration: " + "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
+                for error in exc.errors()
+            )
+        else:
+            line = f"unexpected {type(exc).__name__} (run with --debug for the traceback)"
+        if os.environ.get("ATLAS_LOG_FORMAT") == "json":  # production: every line is JSON
+            import json
+
+            typer.echo(
+                json.dumps({"event": "cli.failed", "level": "error", "message": line}), err=True
+            )
+        else:
+            typer.echo(f"atlas-jobs: {line}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

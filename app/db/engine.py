@@ -6,20 +6,31 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
 from app.settings import Settings
 
 
+class DatabaseUrlError(ValueError):
+    """``DATABASE_URL`` cannot be used; the message never repeats the URL (a password)."""
+
+
 def normalize_url(url: str) -> str:
     """Accept the usual ``postgres://``/``postgresql://`` spellings; use asyncpg."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise DatabaseUrlError(
+            "DATABASE_URL is not a URL (expected postgresql://user:password@host:5432/database)"
+        ) from exc
     if parsed.drivername in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
         parsed = parsed.set(drivername="postgresql+asyncpg")
     if parsed.drivername != "postgresql+asyncpg":
-        raise ValueError(f"unsupported database driver {parsed.drivername!r}; use PostgreSQL")
+        raise DatabaseUrlError(
+            f"DATABASE_URL: unsupported database driver {parsed.drivername!r}; use PostgreSQL"
+        )
     return parsed.render_as_string(hide_password=False)
 
 
@@ -102,3 +113,18 @@ WORKER_SESSION_SETTINGS: dict[str, str] = {
     # so worker sessions simply do without bitmap scans.
     "enable_bitmapscan": "off",
 }
+
+
+def pool_usage(engine: AsyncEngine) -> tuple[int, int]:
+    """(connections checked out, tasks waiting for one) of the engine's pool.
+
+    SQLAlchemy exposes the first (``checkedout()``) but not the second: the waiters are
+    the pending getters of the asyncio queue under its ``AsyncAdaptedQueuePool``, read
+    here from that private layout (``tests/integration/test_pool_usage.py`` fails if a
+    SQLAlchemy release moves it; the count is then 0, never an error)."""
+    pool: Any = engine.pool
+    checked_out = int(pool.checkedout()) if hasattr(pool, "checkedout") else 0
+    queue = getattr(getattr(pool, "_pool", None), "__dict__", {}).get("_queue")
+    getters = getattr(queue, "_getters", None) or ()
+    waiting = sum(1 for getter in getters if not getter.done())
+    return checked_out, waiting

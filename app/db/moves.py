@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import metrics
 from app.clock import NOW_SQL, Clock
 from app.db.schema import sql_list
 from app.lifecycle import (
@@ -294,7 +295,8 @@ def statement(name: TransitionName, *, full_rows: bool = True) -> TextClause:
     """The batched statement of one transition, generated from its declaration.
 
     ``full_rows=False`` answers only what a batch caller needs (id, state, version, the
-    source state and the attempt): the client then decodes no ``jsonb`` column per job."""
+    source state and the attempt) and what the metrics count (kind, ``created_at``,
+    ``finished_at``): the client then decodes no ``jsonb`` column per job."""
     spec = TRANSITIONS[name]
     columns = ", ".join(f"CAST(:p_{field_name} AS {kind}[])" for field_name, kind in _INPUT_FIELDS)
     aliases = ", ".join(field_name for field_name, _ in _INPUT_FIELDS)
@@ -349,7 +351,8 @@ WITH input AS (
     parts.append(
         "\nSELECT * FROM moved"
         if full_rows
-        else "\nSELECT id, state, version, moved_from, moved_attempt_id, observed_at FROM moved"
+        else "\nSELECT id, state, version, moved_from, moved_attempt_id, observed_at,"
+        " kind, created_at, finished_at FROM moved"
     )
     return text("".join(parts))
 
@@ -403,7 +406,7 @@ class Executor:
         only needs to know which jobs moved); refused steps then come back as
         ``Rejected(..., STALE_ATTEMPT)`` without a current state. ``full_rows=False``:
         an ``Applied``'s row carries only id, state, version, ``moved_from``,
-        ``moved_attempt_id`` and ``observed_at``."""
+        ``moved_attempt_id``, ``observed_at``, kind, ``created_at`` and ``finished_at``."""
         if not steps:
             return []
         check_actor(spec, actor)
@@ -441,6 +444,7 @@ class Executor:
                 results.append(Rejected(spec.name, RejectReason.STALE_ATTEMPT))
             else:
                 results.append(refusal(spec, step, facts.get(step.job_id), owner=owner))
+        metrics.record_applied((spec.name, row) for row in moved.values())
         return results
 
     async def apply_one(

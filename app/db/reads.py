@@ -284,12 +284,24 @@ async def queue_view(conn: AsyncConnection, now: Any) -> list[QueueLine]:
     ]
 
 
-async def counts_by_state(conn: AsyncConnection) -> list[Row[Any]]:
-    """Job counts per kind and state, for the metrics gauge."""
+async def queue_gauges(conn: AsyncConnection, now: ColumnElement[datetime]) -> list[Row[Any]]:
+    """Unfinished jobs per kind and state with, for queued ones, the seconds the oldest
+    *claimable* job has waited (``available_at`` passed; a retry waiting out its backoff
+    is not late yet). One statement over unfinished rows only (the predicate of the
+    partial index ``ix_jobs_owner_active``): finished jobs, however many, cost nothing.
+    The metrics sampler runs it on a cadence, never per scrape."""
+    claimable = and_(jobs.c.state == JobState.QUEUED.value, jobs.c.available_at <= now)
     rows = await conn.execute(
-        select(jobs.c.kind, jobs.c.state, func.count().label("job_count")).group_by(
-            jobs.c.kind, jobs.c.state
+        select(
+            jobs.c.kind,
+            jobs.c.state,
+            func.count().label("job_count"),
+            func.extract("epoch", now - func.min(jobs.c.available_at).filter(claimable)).label(
+                "oldest_claimable_age"
+            ),
         )
+        .where(jobs.c.state.notin_([s.value for s in TERMINAL_STATES]))
+        .group_by(jobs.c.kind, jobs.c.state)
     )
     return list(rows.all())
 
@@ -299,7 +311,6 @@ __all__ = [
     "QueueLine",
     "SeenKey",
     "checkpoints",
-    "counts_by_state",
     "download_job",
     "get_job",
     "get_version",
@@ -310,6 +321,7 @@ __all__ = [
     "migration_heads",
     "oldest_claimable_age",
     "plan_stages",
+    "queue_gauges",
     "queue_view",
     "stages_for",
     "unfinished_jobs",

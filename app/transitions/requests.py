@@ -10,10 +10,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
 from app.db.queries import CREATE, LATE_CANCEL
 from app.db.schema import jobs
 from app.lifecycle import (
+    CANCEL_TOO_LATE,
     TERMINAL_STATES,
     TRANSITIONS,
     JobState,
@@ -139,6 +141,7 @@ class RequestMoves(Service):
                     **self.clock.bind(),
                 },
             )
+            metrics.TRANSITIONS.labels(CANCEL_TOO_LATE, outcome.current.value).inc()
         return outcome
 
     # -- reviews and events -----------------------------------------------------------

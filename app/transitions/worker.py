@@ -11,6 +11,7 @@ from sqlalchemy import Row, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
 from app.db.queries import CLAIM, LEASE_FACTS, LOCK_FOR_PUBLICATION
 from app.db.schema import job_checkpoints, job_stages
@@ -43,7 +44,7 @@ class WorkerMoves(Service):
         ``handlers`` are ``"kind@version"`` keys this worker can run; other jobs stay
         queued, visible, for a worker that can.
         """
-        return list(
+        claimed = list(
             (
                 await conn.execute(
                     CLAIM,
@@ -58,6 +59,8 @@ class WorkerMoves(Service):
                 )
             ).all()
         )
+        metrics.record_claims(claimed)
+        return claimed
 
     # -- the lease ------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ def test_embedded_default_serves_until_stopped(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, f"job stuck in {state}"
                 time.sleep(0.2)
             assert serve.poll() is None, "serve must stay up"
+            assert f"Atlas Jobs: API {base}/v1" in log_path.read_text(), "serve names its URLs"
 
             os.killpg(serve.pid, signal.SIGTERM)
             code = serve.wait(timeout=30)

@@ -97,6 +97,8 @@ async def _stream(
             if done:
                 return
             found = await watcher.next(KEEPALIVE_SECONDS)
+            if found is None and feeds.draining:
+                return  # the server is shutting down: reconnect (``retry:``) elsewhere
             if found is None:
                 yield b": keepalive\n\n"
             else:

@@ -4,35 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from pathlib import Path
 from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import StateDep
 from app.api.errors import UnauthorizedError
 from app.api.responses import public_problems
 from app.api.schemas import Health
-from app.db import reads
+from app.db.migrations import SchemaState, schema_status
+from app.metrics import REGISTRY as PROCESS_METRICS
+from app.metrics import merged_exposition
 
 router = APIRouter(tags=["health"])
 log = structlog.get_logger("atlas.api.health")
 
 READY_TIMEOUT_SECONDS = 2.0
-
-
-def migration_heads() -> frozenset[str]:
-    """The revisions the code expects (alembic heads), read from the repository."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    root = Path(__file__).resolve().parents[3]
-    config = Config()
-    config.set_main_option("script_location", str(root / "alembic"))
-    return frozenset(ScriptDirectory.from_config(config).get_heads())
 
 
 @router.get("/livez", name="livez", response_model=Health, summary="Liveness (process only)")
@@ -57,11 +47,9 @@ async def readyz(state: StateDep) -> Response:
     checks: dict[str, str] = {}
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
-            versions = await reads.migration_heads(conn)
+            schema = await schema_status(conn)
         checks["database"] = "ok"
-        checks["migrations"] = (
-            "ok" if not state.migration_heads or versions == state.migration_heads else "behind"
-        )
+        checks["migrations"] = "ok" if schema.state == SchemaState.CURRENT else schema.state.value
     except Exception as exc:  # unreachable, timed out, or not migrated at all
         checks["database"] = f"unavailable: {type(exc).__name__}"
         checks["migrations"] = "unknown"
@@ -94,15 +82,8 @@ async def metrics(
         (authorization or "").encode(), f"Bearer {token}".encode()
     ):
         raise UnauthorizedError("Send Authorization: Bearer <metrics token>")
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
-            counts = await reads.counts_by_state(conn)
-        state.metrics.jobs.clear()
-        for row in counts:
-            state.metrics.jobs.labels(row.kind, row.state).set(row.job_count)
-    except Exception as exc:  # metrics must answer even when the database does not
-        log.warning("metrics_jobs_unavailable", error_type=type(exc).__name__)
     state.metrics.listener_connected.set(1 if state.notifier.connected else 0)
     state.metrics.watchers.set(state.feeds.caps.watching)
     state.metrics.feeds.set(state.feeds.feeds)
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    body = merged_exposition(state.metrics.registry, PROCESS_METRICS)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -8,12 +8,14 @@ re-checks the delivery state, so an expired result answers 410 even with a valid
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Path, Response
+from fastapi.responses import FileResponse, StreamingResponse
+from starlette.concurrency import iterate_in_threadpool
 
 from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
 from app.api.errors import (
@@ -95,7 +97,7 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
         **public_problems(403, 410, 422),
     },
 )
-async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep) -> FileResponse:
+async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep) -> Response:
     try:
         grant = state.signer.verify(token)
     except ExpiredDownloadTokenError:
@@ -113,16 +115,25 @@ async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep
         # Expired (at the boundary), withdrawn, or the key that asked for it was revoked.
         raise DownloadGoneError("The result is no longer available")
     listed = {entry["name"] for entry in (job.result_ref or {}).get("files", [])}
-    path = (
-        state.store.published_path(grant.owner, grant.job_id, grant.name)
+    found = (
+        await asyncio.to_thread(state.store.published_file, grant.owner, grant.job_id, grant.name)
         if grant.name in listed
         else None
     )
-    if path is None:
+    if found is None:
         raise DownloadGoneError("The file is no longer available")
-    return FileResponse(
-        path,
+    headers = {"Cache-Control": "private, no-store"}
+    if found.path is not None:
+        return FileResponse(
+            found.path, media_type="application/octet-stream", filename=grant.name, headers=headers
+        )
+    assert found.chunks is not None
+    return StreamingResponse(
+        iterate_in_threadpool(found.chunks()),
         media_type="application/octet-stream",
-        filename=grant.name,
-        headers={"Cache-Control": "private, no-store"},
+        headers={
+            **headers,
+            "Content-Length": str(found.size),
+            "Content-Disposition": f'attachment; filename="{grant.name}"',
+        },
     )

@@ -1,0 +1,183 @@
+"""Prometheus families every process records (API and workers alike).
+
+They live in one process-wide registry, :data:`REGISTRY`: the executor counts every
+applied move here whatever process applied it, workers count their attempts. The API
+process serves it beside its own per-app registry (:mod:`app.api.metrics`); a worker
+serves it on ``--metrics-port``; under ``atlas-jobs serve`` the workers run in
+prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) and the API adds
+what they wrote to its ``/metrics`` (:func:`merged_exposition`).
+
+Labels are bounded vocabularies only (transition and state names, kinds, error codes,
+outcomes): never a job id, an owner or anything from a payload.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Seconds from a fraction of a second to a day: queue waits and job lifetimes alike.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600, 14400, 86400)
+
+TRANSITIONS = Counter(
+    "atlas_transitions",
+    "Moves applied by this process, by named transition and target state "
+    "(rescue = lease rescues, expire_result = result expirations, "
+    "cancel_too_late = cancels lost to publication).",
+    ["transition", "to_state"],
+    registry=REGISTRY,
+)
+JOB_DURATION = Histogram(
+    "atlas_job_duration_seconds",
+    "Create-to-finish time of jobs that reached a terminal state, by kind and state.",
+    ["kind", "state"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+START_DELAY = Histogram(
+    "atlas_job_start_delay_seconds",
+    "Claim-to-start delay: from when a job became claimable to its claim, by kind.",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "atlas_attempts",
+    "Attempts ended by this worker process, by kind and outcome.",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "atlas_retries",
+    "Recoverable errors that sent a job back to the queue or to unresolved, by kind and "
+    "error code (the error class).",
+    ["kind", "error_code", "outcome"],
+    registry=REGISTRY,
+)
+DB_POOL_IN_USE = Gauge(
+    "atlas_db_pool_connections_in_use",
+    "Pooled database connections checked out, by pool (sampled).",
+    ["pool"],
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+DB_POOL_WAITING = Gauge(
+    "atlas_db_pool_waiting",
+    "Tasks waiting for a pooled database connection, by pool (sampled).",
+    ["pool"],
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+
+
+def observe_finished(kind: str, state: str, created_at: datetime, finished_at: datetime) -> None:
+    JOB_DURATION.labels(kind, state).observe(max(0.0, (finished_at - created_at).total_seconds()))
+
+
+def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
+    """Count applied moves: ``(transition name, returned row)`` pairs. A row that carries
+    ``created_at`` and ``finished_at`` (a full row entering a terminal state) is also
+    observed as a job lifetime."""
+    for transition, row in rows:
+        TRANSITIONS.labels(transition, row.state).inc()
+        mapping = row._mapping
+        finished_at = mapping.get("finished_at")
+        created_at = mapping.get("created_at")
+        if finished_at is not None and created_at is not None and "kind" in mapping:
+            moved_from = mapping.get("moved_from")
+            if moved_from != row.state:  # entering the terminal state, not a late cancel
+                observe_finished(mapping["kind"], row.state, created_at, finished_at)
+
+
+def record_claims(rows: Iterable[Any]) -> None:
+    """Count claims and observe each job's claim-to-start delay (claimable since
+    ``available_at``, claimed at ``updated_at``, both database time)."""
+    for row in rows:
+        TRANSITIONS.labels("claim", row.state).inc()
+        START_DELAY.labels(row.kind).observe(
+            max(0.0, (row.updated_at - row.available_at).total_seconds())
+        )
+
+
+def multiprocess_dir() -> str | None:
+    """The directory of multiprocess-mode worker metrics, when this process serves them
+    (the API under ``serve``) -- see :func:`merged_exposition`."""
+    return os.environ.get("ATLAS_WORKER_METRICS_DIR") or None
+
+
+class _Labelled(Collector):
+    """Every sample of ``source`` with one more label (``process``), so families that
+    the API and the workers both record stay distinguishable in one exposition."""
+
+    def __init__(self, source: Collector, **labels: str) -> None:
+        self.source = source
+        self.labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = [
+                Sample(s.name, {**s.labels, **self.labels}, s.value, s.timestamp, s.exemplar)
+                for s in family.samples
+            ]
+            yield out
+
+
+class _Merged(Collector):
+    """Families of several collectors with the same name joined into one (a text
+    exposition may carry each family once)."""
+
+    def __init__(self, *sources: Collector) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for source in self.sources:
+            for family in source.collect():
+                known = merged.get(family.name)
+                if known is None:
+                    merged[family.name] = family
+                else:
+                    known.samples.extend(family.samples)
+        yield from merged.values()
+
+
+def merged_exposition(*own: CollectorRegistry) -> bytes:
+    """Prometheus text of this process's registries, plus (under ``serve``) what the
+    worker processes wrote in multiprocess mode, labelled ``process="api"`` and
+    ``process="workers"``."""
+    path = multiprocess_dir()
+    if path is None:
+        registry = CollectorRegistry()
+        registry.register(_Merged(*own))
+        return generate_latest(registry)
+    workers = CollectorRegistry()
+    MultiProcessCollector(workers, path=path)  # type: ignore[no-untyped-call]
+    registry = CollectorRegistry()
+    registry.register(
+        _Merged(*(_Labelled(r, process="api") for r in own), _Labelled(workers, process="workers"))
+    )
+    return generate_latest(registry)
+
+
+def serve_worker_metrics(host: str, port: int) -> None:
+    """``atlas-jobs worker --metrics-port``: this process's families over HTTP (a daemon
+    thread), or every process's when it runs in multiprocess mode."""
+    from prometheus_client import start_http_server
+
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    start_http_server(port, addr=host, registry=registry)

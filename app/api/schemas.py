@@ -233,6 +233,12 @@ class HistoryItem(BaseModel):
     attempt_id: uuid.UUID | None
     event_id: str | None
     note: str | None
+    error: ErrorPublic | None = Field(
+        default=None,
+        description="The error this move recorded: a retry's cause (`retry_later`, "
+        "`rescue`), a give-up's or a failure's. Kept for every attempt, so the history "
+        "still shows why a job retried after it succeeded.",
+    )
     count: int = Field(
         default=1,
         ge=1,

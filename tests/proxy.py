@@ -26,6 +26,8 @@ class TcpProxy:
         self._open: set[asyncio.StreamWriter] = set()
         self._lose = 0
         self.connections = 0
+        self.sent: list[bytes] = []
+        """Every chunk a client sent through the proxy, in order (requests, headers)."""
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self.up()
@@ -54,6 +56,7 @@ class TcpProxy:
         self.down()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
 
     async def _listen(self) -> None:
         if self._server is None:
@@ -83,12 +86,18 @@ class TcpProxy:
         self._open.update({writer, up_writer})
 
         async def pipe(
-            src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, drop: bool
+            src: asyncio.StreamReader,
+            dst: asyncio.StreamWriter,
+            *,
+            drop: bool,
+            record: bool = False,
         ) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await src.read(65536):
                     if drop:
                         break  # the answer arrived; the client never sees it
+                    if record:
+                        self.sent.append(data)
                     dst.write(data)
                     await dst.drain()
             if drop:
@@ -98,7 +107,7 @@ class TcpProxy:
 
         try:
             await asyncio.gather(
-                pipe(reader, up_writer, drop=False), pipe(up_reader, writer, drop=lose)
+                pipe(reader, up_writer, drop=False, record=True), pipe(up_reader, writer, drop=lose)
             )
         finally:
             for side in (writer, up_writer):

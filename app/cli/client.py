@@ -69,6 +69,9 @@ def _connected(url: str, api_key: str | None) -> Iterator[JobsClient]:
     except ClientError as error:
         _say(error.message)
         raise typer.Exit(error.exit_code) from None
+    except (ValueError, KeyError, TypeError) as error:
+        _say(f"unexpected answer from the API at {url}: {type(error).__name__}: {error}")
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
@@ -230,7 +233,15 @@ def events(
 
 def watch(
     job_id: JobId,
-    wait: Annotated[int, typer.Option(min=1, max=60, help="Long-poll seconds per read.")] = 25,
+    wait: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=9,
+            help="Long-poll seconds per read; below the 10 s after which the view turns "
+            "stale, so a quiet job on a healthy connection never looks stale.",
+        ),
+    ] = 8,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:

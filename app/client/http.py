@@ -261,7 +261,9 @@ class JobsClient:
                 if source.response.status_code != 200:
                     source.response.read()
                     self._check(source.response, frozenset({200}), job_id)
-                yield from source.iter_sse()
+                for event in source.iter_sse():
+                    if event.data:  # a `retry:`-only block carries no event
+                        yield event
         except httpx.TransportError as exc:
             raise ApiUnreachableError(self.url, exc) from exc
 

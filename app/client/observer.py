@@ -101,7 +101,7 @@ def follow(
     observer: Observer,
     render: Callable[[Observer], None],
     *,
-    wait: int = 25,
+    wait: int = 8,
     tick: float = 0.5,
     clock: Clock = time.monotonic,
     keep_going: Callable[[], bool] = lambda: True,

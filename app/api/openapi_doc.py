@@ -93,22 +93,6 @@ EXAMPLES: dict[str, dict[str, dict[str, Any]]] = {
     "jobs-cancel": {"202": {**STATUS_EXAMPLE, "state": "cancel_requested"}},
 }
 """Examples by operationId: the request body and answers by status code."""
-SSE_EVENT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": SSE_DESCRIPTION,
-    "properties": {
-        "event": {
-            "type": "string",
-            "enum": ["transition", "progress"],
-            "description": "The event type.",
-        },
-        "id": {"type": "string", "description": "The history seq (transition events)."},
-        "data": {"type": "string", "description": "The event's JSON payload, as text."},
-        "retry": {"type": "integer", "description": "Reconnection delay in milliseconds."},
-    },
-}
-"""One event of the stream (its fields, not a JSON body): only under
-``text/event-stream``, so generated clients do not try to parse it as JSON."""
 _ROLE = re.compile(r":(?:func|meth|class|mod|data|attr|exc):`~?([^`]+)`")
 
 
@@ -162,9 +146,12 @@ def _vocabularies(schemas: dict[str, Any]) -> None:
         "be fetched.\n\n"
         + "\n".join(f"* `{state.value}`: {doc}" for state, doc in DELIVERY_DOCS.items())
     )
+    uris = problem_type_uris()
     schemas["ProblemType"] = {
         "type": "string",
-        "enum": problem_type_uris(),
+        "enum": uris,
+        # Readable member names in generated SDKs (JOB_NOT_FOUND, not URNATLAS_...).
+        "x-enum-varnames": [uri.rsplit(":", 1)[1].upper().replace("-", "_") for uri in uris],
         "title": "ProblemType",
         "description": "Every problem `type` the API answers (`urn:atlas-jobs:problem:*`).",
     }
@@ -201,7 +188,13 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                     answer.pop("content", None)
             ok = operation.get("responses", {}).get("200", {})
             if "text/event-stream" in ok.get("content", {}):
-                ok["content"] = {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
+                # Text, outside the JSON models: a generated client hands over the
+                # stream as it came instead of trying to parse it as one JSON body.
+                ok["content"] = {
+                    "text/event-stream": {
+                        "schema": {"type": "string", "description": SSE_DESCRIPTION}
+                    }
+                }
     _examples(document)
     schemas = document.get("components", {}).get("schemas", {})
     schemas.pop("HTTPValidationError", None)

@@ -35,6 +35,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["events"])
 KEEPALIVE_SECONDS = 15.0
 UNSETTLED = frozenset({DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE})
 RETRY_MILLISECONDS = 2000
+SEP = "\n"
+"""Line separator of every frame (sse-starlette defaults to CRLF; LF is as valid and is
+what this stream always sent)."""
 
 
 def _last_event_id(value: str | None) -> int:
@@ -54,7 +57,7 @@ async def _stream(
     try:
         seen_version: int | None = None
         snapshot = watcher.snapshot
-        yield ServerSentEvent(retry=RETRY_MILLISECONDS)
+        yield ServerSentEvent(retry=RETRY_MILLISECONDS, sep=SEP)
         while snapshot is not None:
             job = snapshot.visible_to(owner)
             if job is None:
@@ -74,7 +77,9 @@ async def _stream(
                 sent = True
             if not sent and seen_version is not None and job.version != seen_version:
                 assert snapshot.status is not None
-                yield ServerSentEvent(snapshot.status.model_dump_json(), event="progress")
+                yield ServerSentEvent(
+                    snapshot.status.model_dump_json(), event="progress", sep=SEP
+                )
             seen_version = job.version
             done = is_terminal(JobState(job.state)) and (
                 DeliveryState(job.delivery_state) not in UNSETTLED
@@ -90,7 +95,7 @@ async def _stream(
 
 def _transition(row: Any) -> ServerSentEvent:
     item = history_item(row).model_dump_json(by_alias=True)
-    return ServerSentEvent(item, event="transition", id=str(row.seq))
+    return ServerSentEvent(item, event="transition", id=str(row.seq), sep=SEP)
 
 
 class WatchedStream(EventSourceResponse):
@@ -102,7 +107,7 @@ class WatchedStream(EventSourceResponse):
             content,
             headers={"Cache-Control": "no-store"},
             ping=KEEPALIVE_SECONDS,
-            sep="\n",
+            sep=SEP,
         )
         self.watcher = watcher
 

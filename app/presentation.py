@@ -105,6 +105,7 @@ def _queued_label(status: Mapping[str, Any]) -> str:
     labels = {
         "resumed": "Queued; resumed by an operator",
         "review_approved": "Queued; review approved",
+        "event_received": "Queued; the awaited event arrived",
     }
     return labels.get(str(reason), "Queued")
 

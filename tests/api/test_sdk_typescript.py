@@ -67,7 +67,5 @@ async def test_typescript_client_runs_the_flow_unedited(
     created = run("node", "dist/flow.js", "create", live_api.url, keys.alice, cwd=compiled)
     job_id = created.stdout.strip().splitlines()[-1]
     await driver.succeed(uuid.UUID(job_id), "alice", {"bundle.zip": b"zip-bytes", "a.txt": b"a"})
-    followed = run(
-        "node", "dist/flow.js", "follow", live_api.url, keys.alice, job_id, cwd=compiled
-    )
+    followed = run("node", "dist/flow.js", "follow", live_api.url, keys.alice, job_id, cwd=compiled)
     assert f"TS CLIENT OK {job_id}" in followed.stdout

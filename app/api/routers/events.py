@@ -77,9 +77,7 @@ async def _stream(
                 sent = True
             if not sent and seen_version is not None and job.version != seen_version:
                 assert snapshot.status is not None
-                yield ServerSentEvent(
-                    snapshot.status.model_dump_json(), event="progress", sep=SEP
-                )
+                yield ServerSentEvent(snapshot.status.model_dump_json(), event="progress", sep=SEP)
             seen_version = job.version
             done = is_terminal(JobState(job.state)) and (
                 DeliveryState(job.delivery_state) not in UNSETTLED

@@ -169,3 +169,26 @@ async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
     assert "Traceback" not in rejected.stderr
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(jobs)) == 5  # all or nothing
+
+
+async def test_result_download_refuses_a_file_that_does_not_match_its_sha256(
+    live_api: LiveApi, engine: AsyncEngine, driver: Driver, tmp_path: Path
+) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="fay", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    submitted = cli(
+        "submit", "--kind", "atlas.bundle", "--input", json.dumps(BUNDLE_INPUT), env=env
+    )
+    job_id = submitted.stdout.strip()
+    await driver.succeed(uuid.UUID(job_id), "fay", {"bundle.zip": b"the real bytes"})
+    published = driver.store.published_path("fay", uuid.UUID(job_id), "bundle.zip")
+    assert published is not None
+    published.write_bytes(b"tampered bytes")  # the reference still names the real sha256
+    out = tmp_path / "out"
+    refused = cli("result", job_id, "-o", str(out), env=env)
+    assert refused.returncode == 6
+    assert "does not match" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (out / "bundle.zip").exists()
+    assert list(out.iterdir()) == []  # no partial file left behind

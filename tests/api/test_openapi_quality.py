@@ -74,7 +74,7 @@ def test_the_protocol_is_in_the_document() -> None:
     assert "wait=" in headers["Prefer"]["description"]
     stream = ops["events-stream"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
-    assert stream["text/event-stream"]["schema"]["type"] == "string"
+    assert "type" not in stream["text/event-stream"]["schema"]  # no JSON model to parse
     assert "token" in SCHEMAS["ResultFile"]["required"]
     bundle = SCHEMAS["BundleInput"]
     assert "format" not in bundle["required"]

@@ -11,7 +11,7 @@ CHAOS ?= full
 CHAOS_ONLY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg15 bench lint format openapi chaos audit clean
+.PHONY: help install run test test-pg15 bench lint format openapi docs sdk-ts chaos audit clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -66,6 +66,12 @@ chaos: $(STAMP) ## Fault scenarios on real processes, one table (CHAOS=short for
 audit: $(STAMP) ## pip-audit (needs the package index) and bandit over app/ and workers/
 	$(BIN)/pip-audit --skip-editable
 	$(BIN)/bandit -c pyproject.toml -r app workers -q
+
+docs: $(STAMP) ## Regenerate docs/lifecycle.md (state x delivery x observation) from the code
+	$(BIN)/python -m app.lifecycle_doc > docs/lifecycle.md
+
+sdk-ts: $(STAMP) ## TypeScript client (@hey-api/openapi-ts, npm) compiled with tsc --strict, run live
+	$(BIN)/python -m pytest tests/api/test_sdk_typescript.py $(PYTEST_ARGS)
 
 openapi: $(STAMP) ## Regenerate the committed OpenAPI spec from the app
 	$(BIN)/atlas-jobs openapi --output openapi/openapi.json

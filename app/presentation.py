@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
@@ -69,13 +70,59 @@ def _message(error: Mapping[str, Any] | None, fallback: str) -> str:
     return fallback
 
 
+def _timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time from the status JSON (or a datetime), else None."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def result_expired(status: Mapping[str, Any], now: datetime) -> bool:
+    """The delivery is ``expired``, or ``expires_at`` has passed (retention holds at the
+    boundary, whatever the sweeper has done yet)."""
+    delivery = status.get("delivery") or {}
+    if delivery.get("state") == "expired":
+        return True
+    expires_at = _timestamp(delivery.get("expires_at"))
+    return expires_at is not None and now >= expires_at
+
+
+def _queued_label(status: Mapping[str, Any]) -> str:
+    reason = status.get("reason")
+    if reason == "retry":
+        cause = _message(status.get("last_error"), "")
+        return (
+            f"Queued; retrying after an error: {cause}"
+            if cause
+            else ("Queued; retrying after an error")
+        )
+    labels = {
+        "resumed": "Queued; resumed by an operator",
+        "review_approved": "Queued; review approved",
+        "event_received": "Queued; the awaited event arrived",
+    }
+    return labels.get(str(reason), "Queued")
+
+
 def present(
     status: Mapping[str, Any] | None,
     observation: Observation,
     *,
     seconds_since_read: float | None = None,
+    now: datetime | None = None,
 ) -> Presentation:
-    """The visible label and link for a job status (the API's JSON) as observed."""
+    """The visible label and link for a job status (the API's JSON) as observed.
+
+    ``seconds_since_read`` is the age of the last successful read (for the stale label);
+    ``now`` decides whether a published result has passed its ``expires_at`` (default:
+    the wall clock).
+    """
     if observation == Observation.STOPPED:
         return Presentation("Stopped watching; the job continues", False)
     if status is None or observation == Observation.UNKNOWN:
@@ -88,12 +135,7 @@ def present(
     reason = status.get("reason")
     delivery = (status.get("delivery") or {}).get("state")
     if state == "queued":
-        labels = {
-            "retry": "Queued; retrying after an error",
-            "resumed": "Queued; resumed by an operator",
-            "review_approved": "Queued; review approved",
-        }
-        return Presentation(labels.get(str(reason), "Queued"), False)
+        return Presentation(_queued_label(status), False)
     if state == "running":
         return Presentation(_stage_label(status.get("progress") or {}), False)
     if state == "waiting":
@@ -106,10 +148,10 @@ def present(
     if state == "cancel_requested":
         return Presentation("Cancellation requested", False)
     if state == "succeeded":
+        if result_expired(status, now or datetime.now(UTC)):
+            return Presentation("Finished; result expired", False)
         if delivery == "available":
             return Presentation("Ready — download", True)
-        if delivery == "expired":
-            return Presentation("Finished; result expired", False)
         return Presentation("Finished", False)
     if state == "failed":
         return Presentation(f"Failed: {_message(status.get('error'), 'unknown error')}", False)

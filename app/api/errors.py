@@ -284,6 +284,18 @@ def database_unavailable(exc: BaseException) -> bool:
     return type(exc).__name__ in {"ConnectionDoesNotExistError", "CannotConnectNowError"}
 
 
+def problem_type_uris() -> list[str]:
+    """Every problem ``type`` the API can answer (one per :class:`ApiError` class), for
+    the OpenAPI enum ``ProblemType``."""
+    found: set[str] = set()
+    pending: list[type[ApiError]] = [ApiError]
+    while pending:
+        cls = pending.pop()
+        found.add(cls.type_uri())
+        pending.extend(cls.__subclasses__())
+    return sorted(found)
+
+
 def problem_body(error: ApiError) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": error.type_uri(),

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from app import __version__
+from app.api.docs_pages import install_docs
 from app.api.errors import install_error_handlers
 from app.api.feeds import FeedHub
 from app.api.metrics import ApiMetrics
@@ -111,6 +112,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         separate_input_output_schemas=False,
+        docs_url=None,  # served by install_docs, without a CDN
+        redoc_url=None,
     )
     for router in (
         jobs.batch_router,
@@ -125,6 +128,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         app.include_router(router)
     install_error_handlers(app)
     install_openapi(app)
+    install_docs(app)
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from app.kinds import KINDS, KindSpec
-from app.lifecycle import DeliveryState, JobState, Reason
+from app.lifecycle import DeliveryState, JobState, Reason, TransitionName
 
 
 class StrictModel(BaseModel):
@@ -109,7 +109,9 @@ class JobBatchCreate(StrictModel):
 class OperatorNote(StrictModel):
     """Body of operator actions: an optional note recorded in the job's history."""
 
-    note: str | None = Field(default=None, max_length=2000)
+    note: str | None = Field(
+        default=None, max_length=2000, description="Why; recorded in the job's history."
+    )
 
 
 class CancelCreate(StrictModel):
@@ -143,24 +145,38 @@ SIGNAL_MAX_BYTES = 4096
 
 
 class ReviewDecision(StrEnum):
+    """A reviewer's decision: `approve` queues the job again, `reject` fails it."""
+
     APPROVE = "approve"
     REJECT = "reject"
 
 
 class ReviewCreate(StrictModel):
-    decision: ReviewDecision
-    note: str | None = Field(default=None, max_length=2000)
+    """Body of `POST /v1/jobs/{job_id}/review`."""
+
+    decision: ReviewDecision = Field(description="Approve or reject the job under review.")
+    note: str | None = Field(
+        default=None, max_length=2000, description="Why; recorded in the job's history."
+    )
 
 
 # -- the status representation -------------------------------------------------------
 
 
 class ErrorPublic(BaseModel):
-    """An error as recorded by the server. ``retryable`` false means it is final."""
+    """An error as recorded by the server. `retryable` false means it is final."""
 
-    code: str
-    message: str
-    retryable: bool
+    code: str = Field(
+        description="A stable, machine-readable error code.", examples=["tile_unbuildable"]
+    )
+    message: str = Field(
+        description="What went wrong, for people.",
+        examples=["tile summary-source cannot be built from preset reef"],
+    )
+    retryable: bool = Field(
+        description="true for an error the job retries after (a retry's cause); false "
+        "when it is final."
+    )
     evidence: dict[str, Any] | None = Field(
         default=None,
         description="What automation knew when it gave up (e.g. an unreconciled "
@@ -169,69 +185,107 @@ class ErrorPublic(BaseModel):
 
 
 class StagePublic(BaseModel):
-    name: str
-    unit: str
-    done: int
-    total: int
+    """One named stage of the job's plan and its units."""
+
+    name: str = Field(description="The stage's name.", examples=["build"])
+    unit: str = Field(description="What the stage counts.", examples=["tiles"])
+    done: int = Field(description="Units done so far; kept when the plan grows.", examples=[2])
+    total: int = Field(
+        description="Units the plan holds now; may grow (then plan_revision increments).",
+        examples=[6],
+    )
 
 
 class ProgressPublic(BaseModel):
-    """Per-stage units and the plan revision. No percentage, no ETA, on purpose."""
+    """Per-stage units and the plan revision. No percentage, no ETA, on purpose: units
+    of different stages cost different amounts."""
 
-    stage: str | None
-    plan_revision: int
-    stages: list[StagePublic]
+    stage: str | None = Field(
+        description="The stage being worked on now; null before the first claim."
+    )
+    plan_revision: int = Field(
+        description="Increments each time a stage discovers more required units (0 before "
+        "any plan)."
+    )
+    stages: list[StagePublic] = Field(description="Every stage of the plan, in order.")
 
 
 class DeliveryPublic(BaseModel):
-    state: DeliveryState
-    expires_at: datetime | None
+    """Where the job's result stands, apart from the execution state."""
+
+    state: DeliveryState = Field(
+        description="`available` is the only state in which the result can be fetched."
+    )
+    expires_at: datetime | None = Field(
+        description="When a published result stops being retrievable (then `expired`, and "
+        "the result and its download links answer 410). The execution state stays "
+        "`succeeded`."
+    )
 
 
 class CancelPublic(BaseModel):
-    requested_at: datetime
-    requested_by: str
+    """A cancellation request that was recorded."""
+
+    requested_at: datetime = Field(description="When cancellation was requested.")
+    requested_by: str = Field(description="Who requested it (the actor).")
 
 
 class WaitPublic(BaseModel):
     """Why and until when the job waits, and what happens at the deadline."""
 
-    deadline: datetime
-    on_deadline: str
+    deadline: datetime = Field(description="When the wait ends on its own.")
+    on_deadline: str = Field(
+        description="What happens at the deadline: `fail` or `escalate` (to `unresolved`)."
+    )
 
 
 class JobLinks(BaseModel):
-    self: str
-    history: str
-    events: str
-    result: str | None = Field(description="Present when the result can be fetched.")
+    """Where to go next from this status (paths relative to the API's base URL)."""
+
+    self: str = Field(description="This status (the `Location` of the creation).")
+    history: str = Field(description="The job's recorded transitions.")
+    events: str = Field(description="The job's Server-Sent Events stream.")
+    result: str | None = Field(
+        description="The result reference, present only while the result can be fetched "
+        "(delivery `available`)."
+    )
     cancel: str | None = Field(description="Present while the job can still be canceled.")
 
 
 class JobPublic(BaseModel):
-    """The status of a job. A 200 carrying it is a successful *read*, not job success."""
+    """The status of a job. A 200 carrying it is a successful *read*, not job success.
+    Terminal states (`succeeded`, `failed`, `canceled`) never change."""
 
-    id: uuid.UUID
-    kind: str = Field(description="The job kind.")
-    kind_version: int
-    state: JobState
-    reason: Reason
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
+    id: uuid.UUID = Field(description="The job id: opaque and stable.")
+    kind: str = Field(description="The job kind.", examples=["atlas.bundle"])
+    kind_version: int = Field(description="The version of the kind the job was accepted with.")
+    state: JobState = Field(
+        description="The execution state. Terminal: `succeeded`, `failed`, `canceled`."
+    )
+    reason: Reason = Field(description="Why the job is in its state (`retry`, `review`, ...).")
+    created_at: datetime = Field(description="When the job was accepted.")
+    updated_at: datetime = Field(description="When the job last changed.")
+    finished_at: datetime | None = Field(description="When it reached a terminal state.")
     attempt: int = Field(description="Attempts started so far (0 before the first claim).")
-    max_attempts: int
+    max_attempts: int = Field(description="Attempts allowed before the job needs attention.")
     next_attempt_at: datetime | None = Field(description="Set while queued for a retry.")
-    last_error: ErrorPublic | None = Field(description="The error that caused the last retry.")
-    lease_expires_at: datetime | None
-    heartbeat_at: datetime | None
-    wait: WaitPublic | None
-    progress: ProgressPublic
-    delivery: DeliveryPublic
+    last_error: ErrorPublic | None = Field(
+        description="The error that caused the pending retry (queued with reason `retry`) "
+        "or that left the job `unresolved`; every attempt's error stays in the history."
+    )
+    lease_expires_at: datetime | None = Field(
+        description="While a worker holds the job: when its lease ends without a heartbeat."
+    )
+    heartbeat_at: datetime | None = Field(description="The holding worker's last heartbeat.")
+    wait: WaitPublic | None = Field(description="Set while `waiting`: deadline and its rule.")
+    progress: ProgressPublic = Field(description="Per-stage progress and the plan revision.")
+    delivery: DeliveryPublic = Field(description="Where the result stands.")
     error: ErrorPublic | None = Field(description="Set when the job failed.")
     cancel: CancelPublic | None = Field(description="Set once cancellation was requested.")
-    replay_of: uuid.UUID | None
-    links: JobLinks
+    replay_of: uuid.UUID | None = Field(
+        description="The job this one replays (an operator's replay creates a new job)."
+    )
+    links: JobLinks = Field(description="Where to go next.")
 
 
 class JobBatchItemPublic(JobPublic):
@@ -243,32 +297,49 @@ class JobBatchItemPublic(JobPublic):
 
 
 class JobBatchPublic(BaseModel):
-    """The jobs of a batch, in request order (``links.self`` is each job's Location)."""
+    """The jobs of a batch, in request order (`links.self` is each job's Location)."""
 
-    items: list[JobBatchItemPublic]
+    items: list[JobBatchItemPublic] = Field(description="One status per item, in order.")
 
 
 class JobPage(BaseModel):
-    items: list[JobPublic]
+    """One page of the caller's jobs, newest first."""
+
+    items: list[JobPublic] = Field(description="The jobs of this page.")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
 class HistoryItem(BaseModel):
-    """One recorded transition. ``from`` is null for the creation."""
+    """One recorded transition. `from` is null for the creation."""
 
     model_config = ConfigDict(populate_by_name=True)
 
-    seq: int
-    at: datetime
-    from_: JobState | None = Field(alias="from", serialization_alias="from")
-    to: JobState
-    transition: str
-    reason: str | None
-    actor: str
+    seq: int = Field(description="Position in the job's history (also the SSE event id).")
+    at: datetime = Field(description="When the move was committed (database time).")
+    from_: JobState | None = Field(
+        alias="from",
+        serialization_alias="from",
+        description="The state before the move; null for the creation.",
+    )
+    to: JobState = Field(description="The state after the move.")
+    transition: TransitionName = Field(description="The named transition that was applied.")
+    reason: Reason | Literal["cancel_too_late"] | None = Field(
+        description="The reason the job got with this move; `cancel_too_late` for a cancel "
+        "that found the job already terminal (recorded, changes nothing)."
+    )
+    actor: str = Field(description="Who made the move (`client:<owner>`, `worker:<id>`, ...).")
     attempt: int | None = Field(description="Attempt number the move belongs to.")
-    attempt_id: uuid.UUID | None
-    event_id: str | None
-    note: str | None
+    attempt_id: uuid.UUID | None = Field(
+        description="The attempt's id (the fencing token of the worker that held it)."
+    )
+    event_id: str | None = Field(description="The external event id that caused the move.")
+    note: str | None = Field(description="A note given with the move (operator, reviewer).")
+    error: ErrorPublic | None = Field(
+        default=None,
+        description="The error this move recorded: a retry's cause (`retry_later`, "
+        "`rescue`), a give-up's or a failure's. Kept for every attempt, so the history "
+        "still shows why a job retried after it succeeded.",
+    )
     count: int = Field(
         default=1,
         ge=1,
@@ -295,8 +366,10 @@ class SignalPublic(BaseModel):
 
 
 class HistoryPage(BaseModel):
-    job_id: uuid.UUID
-    items: list[HistoryItem]
+    """A page of a job's history, oldest first."""
+
+    job_id: uuid.UUID = Field(description="The job.")
+    items: list[HistoryItem] = Field(description="The transitions of this page, by seq.")
     next_after: int | None = Field(
         default=None,
         description="More items exist: pass this as `after` for the next page "
@@ -305,45 +378,104 @@ class HistoryPage(BaseModel):
 
 
 class ResultFile(BaseModel):
-    name: str
-    size: int
-    sha256: str
+    """One file of a published result."""
+
+    name: str = Field(description="The file name.", examples=["bundle.zip"])
+    size: int = Field(description="Size in bytes.")
+    sha256: str = Field(description="Hex SHA-256 of the bytes; check it after downloading.")
     url: str = Field(description="Signed download URL; no API key needed; expires.")
-    url_expires_at: datetime
+    token: str = Field(
+        description="The signed token of `url`: pass it to the download operation "
+        "(`GET /v1/downloads/{token}`)."
+    )
+    url_expires_at: datetime = Field(description="When `url` and `token` stop working.")
 
 
 class ResultPublic(BaseModel):
-    job_id: uuid.UUID
-    delivery: DeliveryPublic
-    files: list[ResultFile]
+    """The result reference of a job whose delivery is `available`."""
+
+    job_id: uuid.UUID = Field(description="The job.")
+    delivery: DeliveryPublic = Field(description="The delivery state and its expiry.")
+    files: list[ResultFile] = Field(description="The published files.")
 
 
 class QueueLinePublic(BaseModel):
-    kind: str
-    kind_version: int
-    state: JobState
-    count: int
-    oldest_created_at: datetime
-    oldest_age_seconds: float
-    live_leases: int
-    expired_leases: int
+    """Jobs of one kind, version and state."""
+
+    kind: str = Field(description="The job kind.")
+    kind_version: int = Field(description="The kind's version.")
+    state: JobState = Field(description="The execution state counted.")
+    count: int = Field(description="How many jobs.")
+    oldest_created_at: datetime = Field(description="Creation time of the oldest of them.")
+    oldest_age_seconds: float = Field(description="Its age now, in seconds.")
+    live_leases: int = Field(description="Held by a worker with a live lease.")
+    expired_leases: int = Field(description="Held with a lease past its end (to be rescued).")
 
 
 class QueuePublic(BaseModel):
-    lines: list[QueueLinePublic]
+    """The queue view (operators)."""
+
+    lines: list[QueueLinePublic] = Field(description="One line per kind, version and state.")
 
 
 class Problem(BaseModel):
-    """RFC 9457 problem details; extension members vary by ``type``."""
+    """RFC 9457 problem details (`application/problem+json`). `type` names the case;
+    some cases add extension members (see `JobStateProblem`, `ValidationProblem`,
+    `BatchTooLargeProblem`)."""
 
     model_config = ConfigDict(extra="allow")
 
-    type: str
-    title: str
-    status: int
-    detail: str | None = None
+    type: str = Field(
+        description="The problem type, one of `ProblemType` (`urn:atlas-jobs:problem:*`).",
+        examples=["urn:atlas-jobs:problem:job-not-found"],
+    )
+    title: str = Field(description="A short summary of the problem type.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str | None = Field(default=None, description="What happened in this case.")
+
+
+class JobStateProblem(Problem):
+    """409: the job's state does not allow the action (a cancel that lost, a review of a
+    job that is not waiting for one, a result that is not ready). Names the state."""
+
+    state: JobState = Field(description="The job's execution state now.")
+    delivery: DeliveryState = Field(description="The job's delivery state now.")
+    job: JobPublic | None = Field(
+        default=None,
+        description="The whole status when a cancel lost: it shows how the job ended.",
+    )
+
+
+class ValidationIssue(BaseModel):
+    """One reason a request does not validate (never the offending value)."""
+
+    loc: list[str] = Field(
+        description="Where: `body.input.pages`, `body.jobs.3.input.pages`, `query.limit`."
+    )
+    msg: str = Field(description="What is wrong, for people.")
+    type: str = Field(description="A machine-readable error type (pydantic's).")
+
+
+class ValidationProblem(Problem):
+    """422: the request does not validate (unknown kind, invalid input, bad parameter)."""
+
+    errors: list[ValidationIssue] | None = Field(
+        default=None, description="Every issue found, located."
+    )
+
+
+class BatchTooLargeProblem(Problem):
+    """413 `batch-too-large`: the batch holds more jobs than the server allows."""
+
+    max_jobs: int | None = Field(
+        default=None, description="The most jobs one batch may hold; send smaller ones."
+    )
 
 
 class Health(BaseModel):
-    status: str
-    checks: dict[str, str] = Field(default_factory=dict)
+    """Liveness or readiness of this process."""
+
+    status: str = Field(description="`ok`, or why not.")
+    checks: dict[str, str] = Field(
+        default_factory=dict, description="Each check by name and its outcome."
+    )

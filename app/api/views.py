@@ -125,6 +125,7 @@ def history_item(row: Any) -> HistoryItem:
             "attempt_id": row.attempt_id,
             "event_id": row.event_id,
             "note": row.note,
+            "error": _error((row.data or {}).get("error")),
             "count": int((row.data or {}).get("count", 1)),
             "data": row.data,
         }

@@ -11,30 +11,53 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Preset(StrEnum):
+    """A simulated bundle's behaviour (presets are data)."""
+
     COAST = "coast"
     REEF = "reef"
     SQUALL = "squall"
 
 
 class Page(StrEnum):
+    """A page of the bundle; each plans its own tiles."""
+
     COVER = "cover"
     SUMMARY = "summary"
 
 
+def _without_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class BundleInput(BaseModel):
-    """Input of ``atlas.bundle``: ``{"preset": "coast", "pages": [...], "format": ...}``."""
+    """Input of `atlas.bundle`: `{"preset": "coast", "pages": ["cover", "summary"],
+    "format": "text-bundle-v1"}`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    preset: Preset
-    pages: list[Page] = Field(min_length=1, max_length=2, json_schema_extra={"uniqueItems": True})
-    format: Literal["text-bundle-v1"] = "text-bundle-v1"
+    preset: Preset = Field(
+        description="Which simulated bundle: `coast` succeeds, `reef` fails permanently "
+        "while building, `squall` fails transiently twice and then succeeds."
+    )
+    pages: list[Page] = Field(
+        min_length=1,
+        max_length=2,
+        description="The pages to build, each at most once.",
+        json_schema_extra={"uniqueItems": True},
+    )
+    format: Literal["text-bundle-v1"] = Field(
+        default="text-bundle-v1",
+        description="The bundle format; optional, `text-bundle-v1` when left out.",
+        # No `default` in the schema: generators would then type the field as always
+        # present (openapi-typescript) although a client may leave it out.
+        json_schema_extra=_without_default,
+    )
 
     @field_validator("pages")
     @classmethod

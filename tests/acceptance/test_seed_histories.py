@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from app.presentation import Observation, present
 from tests.acceptance.conftest import ServiceFactory
 
 BUNDLE = {"preset": "coast", "pages": ["cover", "summary"], "format": "text-bundle-v1"}
@@ -202,3 +203,10 @@ async def test_squall_retries_twice_then_succeeds(service: ServiceFactory) -> No
         assert all(h["to"] == "queued" and h["reason"] == "retry" for h in retries)
         waiting_for_retry = [s for s in seen if s["state"] == "queued" and s["reason"] == "retry"]
         assert all(s["last_error"] and s["last_error"]["retryable"] for s in waiting_for_retry)
+        # Each attempt's error survives the success: the history keeps the cause of
+        # every retry, and the retry label names it while it waits.
+        assert all(h["error"] and h["error"]["retryable"] for h in retries), retries
+        assert all(h["error"]["message"] for h in retries)
+        for waiting in waiting_for_retry:
+            label = present(waiting, Observation.FRESH).label
+            assert label == f"Queued; retrying after an error: {waiting['last_error']['message']}"

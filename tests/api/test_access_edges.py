@@ -54,7 +54,10 @@ async def test_retention_holds_at_the_boundary_before_any_sweep(
     job_id = await new_job(client, keys)
     await driver.succeed(job_id, "alice", FILES)  # retained 60 s
     url = (await client.get(f"/v1/jobs/{job_id}/result", headers=keys.a)).json()["files"][0]["url"]
-    clock.advance(61)
+    clock.advance(59)  # one second before expires_at: still there
+    assert (await client.get(f"/v1/jobs/{job_id}/result", headers=keys.a)).status_code == 200
+    assert (await client.get(url)).status_code == 200
+    clock.advance(2)  # one second after expires_at; no sweeper runs in this test
     status = (await client.get(f"/v1/jobs/{job_id}", headers=keys.a)).json()
     assert (status["state"], status["delivery"]["state"]) == ("succeeded", "expired")
     assert status["links"]["result"] is None

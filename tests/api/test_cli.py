@@ -44,15 +44,24 @@ async def test_keys_create_then_client_verbs_over_http(
 
     client_env = {**base, "ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
     submitted = cli(
-        "submit", "--kind", "atlas.bundle", "--input", json.dumps(BUNDLE_INPUT), env=client_env
+        "submit",
+        "--kind",
+        "atlas.bundle",
+        "--input",
+        json.dumps(BUNDLE_INPUT),
+        "--json",
+        env=client_env,
     )
     assert submitted.returncode == 0, submitted.stderr
     job = json.loads(submitted.stdout)
     assert job["state"] == "queued"
     job_id = job["id"]
 
-    shown = cli("status", job_id, env=client_env)
+    shown = cli("status", job_id, "--json", env=client_env)
     assert json.loads(shown.stdout)["id"] == job_id
+    facts = cli("status", job_id, env=client_env)
+    assert facts.stdout.splitlines()[0] == "Queued"
+    assert job_id in facts.stdout
 
     not_ready = cli("result", job_id, env=client_env)
     assert not_ready.returncode == 1
@@ -64,23 +73,48 @@ async def test_keys_create_then_client_verbs_over_http(
     assert "Ready — download" in watched.stdout
 
     out = tmp_path / "out"
-    fetched = cli("result", job_id, "--download", str(out), env=client_env)
+    fetched = cli("result", job_id, "-o", str(out), env=client_env)
     assert fetched.returncode == 0, fetched.stderr
     assert (out / "bundle.zip").read_bytes() == b"zip-bytes"
+    (out / "bundle.zip").write_bytes(b"mine")
+    kept = cli("result", job_id, "-o", str(out), env=client_env)
+    assert kept.returncode == 2
+    assert "--force" in kept.stderr
+    assert (out / "bundle.zip").read_bytes() == b"mine"  # never overwritten silently
+    forced = cli("result", job_id, "-o", str(out), "--force", env=client_env)
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "bundle.zip").read_bytes() == b"zip-bytes"
+
+    listed_jobs = cli("list", env=client_env)
+    assert listed_jobs.returncode == 0
+    assert f"{job_id}  atlas.bundle" in listed_jobs.stdout
+    assert "Ready — download" in listed_jobs.stdout
+    moves = cli("history", job_id, env=client_env)
+    assert moves.returncode == 0
+    assert "∅ → queued" in moves.stdout
+    assert "publish" in moves.stdout
+    streamed = cli("events", job_id, env=client_env)
+    assert streamed.returncode == 0, streamed.stderr
+    assert "→ succeeded" in streamed.stdout
 
     too_late = cli("cancel", job_id, env=client_env)
     assert too_late.returncode == 1
     assert "succeeded" in too_late.stderr
 
-    second = json.loads(cli("submit", "--kind", "atlas.noop", env=client_env).stdout)
-    canceled = cli("cancel", second["id"], env=client_env)
+    second = cli("submit", "--kind", "atlas.noop", env=client_env).stdout.strip()
+    canceled = cli("cancel", second, env=client_env)
     assert (canceled.returncode, canceled.stdout.strip()) == (0, "canceled")
+    unknown = cli("status", str(uuid.uuid4()), env=client_env)
+    assert unknown.returncode == 5
+    assert "not found" in unknown.stderr
 
     revoked = cli("keys", "revoke", listed.stdout.split()[0], env=base)
     assert revoked.returncode == 0
     refused = cli("status", job_id, env=client_env)
-    assert refused.returncode == 1
-    assert "HTTP 401" in refused.stderr
+    assert refused.returncode == 4
+    assert refused.stderr.strip() == (
+        "the API key was rejected (401); check --api-key or ATLAS_API_KEY"
+    )
 
 
 async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
@@ -135,3 +169,26 @@ async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
     assert "Traceback" not in rejected.stderr
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(jobs)) == 5  # all or nothing
+
+
+async def test_result_download_refuses_a_file_that_does_not_match_its_sha256(
+    live_api: LiveApi, engine: AsyncEngine, driver: Driver, tmp_path: Path
+) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="fay", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    submitted = cli(
+        "submit", "--kind", "atlas.bundle", "--input", json.dumps(BUNDLE_INPUT), env=env
+    )
+    job_id = submitted.stdout.strip()
+    await driver.succeed(uuid.UUID(job_id), "fay", {"bundle.zip": b"the real bytes"})
+    published = driver.store.published_path("fay", uuid.UUID(job_id), "bundle.zip")
+    assert published is not None
+    published.write_bytes(b"tampered bytes")  # the reference still names the real sha256
+    out = tmp_path / "out"
+    refused = cli("result", job_id, "-o", str(out), env=env)
+    assert refused.returncode == 6
+    assert "does not match" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (out / "bundle.zip").exists()
+    assert list(out.iterdir()) == []  # no partial file left behind

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -85,3 +86,25 @@ def test_stopped_and_unknown() -> None:
         "Stopped watching; the job continues"
     )
     assert present(None, Observation.UNKNOWN).show_result_link is False
+
+
+def test_retry_label_names_the_cause() -> None:
+    retrying = status(
+        "queued",
+        reason="retry",
+        last_error={"code": "flaky", "message": "tile service timed out", "retryable": True},
+    )
+    shown = present(retrying, Observation.FRESH)
+    assert shown.label == "Queued; retrying after an error: tile service timed out"
+
+
+def test_expiry_is_decided_from_expires_at_as_well() -> None:
+    """Retention holds at the boundary: a result past ``expires_at`` reads expired even
+    while the delivery still says ``available`` (the sweeper has not passed yet)."""
+    boundary = datetime(2026, 1, 1, 12, 0, 14, tzinfo=UTC)
+    ready = status("succeeded", reason="published", delivery="available")
+    ready["delivery"]["expires_at"] = boundary.isoformat().replace("+00:00", "Z")
+    before = present(ready, Observation.FRESH, now=boundary - timedelta(seconds=1))
+    at = present(ready, Observation.FRESH, now=boundary)
+    assert (before.label, before.show_result_link) == ("Ready — download", True)
+    assert (at.label, at.show_result_link) == (EXPIRED, False)

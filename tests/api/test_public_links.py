@@ -4,6 +4,7 @@ finding 9)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import uuid
@@ -126,11 +127,14 @@ def test_cli_download_sends_the_key_only_to_its_own_atlas_url(
             {
                 "name": name,
                 "size": 3,
-                "sha256": "0" * 64,
+                "sha256": hashlib.sha256(body).hexdigest(),  # the CLI checks it
                 "url": f"{base}/v1/downloads/{name}-token",
                 "url_expires_at": "2030-01-01T00:00:00Z",
             }
-            for name, base in (("away.zip", elsewhere.url), ("home.zip", api.url))
+            for name, base, body in (
+                ("away.zip", elsewhere.url, b"two"),
+                ("home.zip", api.url, b"one"),
+            )
         ],
     }
     api.answers[f"/v1/jobs/{job_id}/result"] = (200, json.dumps(reference).encode())

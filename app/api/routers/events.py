@@ -6,8 +6,11 @@ version change with no new history row (progress, heartbeat-free bookkeeping) is
 event ``progress`` carrying the status body, without an id. The stream ends once the
 job is terminal and its delivery settled. Every stream follows the job's shared feed
 (:mod:`app.api.feeds`: one read per change for all of its readers); a client resuming
-from before the history the feed holds reads that backlog itself, a page at a time. A
-comment line every ``KEEPALIVE_SECONDS`` keeps proxies from closing an idle stream.
+from before the history the feed holds reads that backlog itself, a page at a time.
+
+The framing, the keep-alive comment every ``KEEPALIVE_SECONDS`` (so proxies do not close
+an idle stream) and noticing a client that left come from sse-starlette's
+``EventSourceResponse``; this module only decides *which* events to send.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
@@ -30,26 +33,11 @@ from app.lifecycle import DeliveryState, JobState, is_terminal
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 
 KEEPALIVE_SECONDS = 15.0
-SSE_EVENT_SCHEMA = {
-    "type": "object",
-    "description": "One event: `transition` carries a HistoryItem as JSON in `data` "
-    "(`id` = its seq); `progress` carries the JobPublic status as JSON.",
-    "properties": {
-        "event": {"type": "string", "enum": ["transition", "progress"]},
-        "id": {"type": "string"},
-        "data": {"type": "string"},
-        "retry": {"type": "integer"},
-    },
-}
 UNSETTLED = frozenset({DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE})
-
-
-def _frame(event: str, data: str, event_id: int | None = None) -> bytes:
-    lines = [f"event: {event}"]
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    lines.extend(f"data: {line}" for line in data.splitlines() or [""])
-    return ("\n".join(lines) + "\n\n").encode()
+RETRY_MILLISECONDS = 2000
+SEP = "\n"
+"""Line separator of every frame (sse-starlette defaults to CRLF; LF is as valid and is
+what this stream always sent)."""
 
 
 def _last_event_id(value: str | None) -> int:
@@ -63,13 +51,13 @@ def _last_event_id(value: str | None) -> int:
 
 async def _stream(
     feeds: FeedHub, watcher: Watcher, owner: str | None, after_seq: int
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[ServerSentEvent]:
     """Follow the job's feed (no query per change); catch up first, page by page, when
     ``Last-Event-ID`` is older than the history the feed holds."""
     try:
         seen_version: int | None = None
         snapshot = watcher.snapshot
-        yield b"retry: 2000\n\n"
+        yield ServerSentEvent(retry=RETRY_MILLISECONDS, sep=SEP)
         while snapshot is not None:
             job = snapshot.visible_to(owner)
             if job is None:
@@ -89,7 +77,7 @@ async def _stream(
                 sent = True
             if not sent and seen_version is not None and job.version != seen_version:
                 assert snapshot.status is not None
-                yield _frame("progress", snapshot.status.model_dump_json())
+                yield ServerSentEvent(snapshot.status.model_dump_json(), event="progress", sep=SEP)
             seen_version = job.version
             done = is_terminal(JobState(job.state)) and (
                 DeliveryState(job.delivery_state) not in UNSETTLED
@@ -99,27 +87,27 @@ async def _stream(
             found = await watcher.next(KEEPALIVE_SECONDS)
             if found is None and feeds.draining:
                 return  # the server is shutting down: reconnect (``retry:``) elsewhere
-            if found is None:
-                yield b": keepalive\n\n"
-            else:
+            if found is not None:  # None: nothing new (sse-starlette sends the pings)
                 snapshot = found
     finally:
         watcher.close()
 
 
-def _transition(row: Any) -> bytes:
-    return _frame("transition", history_item(row).model_dump_json(by_alias=True), row.seq)
+def _transition(row: Any) -> ServerSentEvent:
+    item = history_item(row).model_dump_json(by_alias=True)
+    return ServerSentEvent(item, event="transition", id=str(row.seq), sep=SEP)
 
 
-class WatchedStream(StreamingResponse):
+class WatchedStream(EventSourceResponse):
     """A stream that gives its watcher slot back however it ends -- also when the
     client left before the first byte, and the body was never started."""
 
-    def __init__(self, content: AsyncIterator[bytes], *, watcher: Watcher) -> None:
+    def __init__(self, content: AsyncIterator[ServerSentEvent], *, watcher: Watcher) -> None:
         super().__init__(
             content,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            headers={"Cache-Control": "no-store"},
+            ping=KEEPALIVE_SECONDS,
+            sep=SEP,
         )
         self.watcher = watcher
 
@@ -134,12 +122,12 @@ class WatchedStream(StreamingResponse):
     "/{job_id}/events",
     name="stream",
     summary="Stream a job's transitions and progress (SSE)",
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     responses={
         200: {
             "description": "text/event-stream; events `transition` (id = history seq) and "
             "`progress` (the status body). Ends when the job is terminal.",
-            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **problems(404, 422, 429, 503),
     },
@@ -152,7 +140,7 @@ async def stream(
         str | None,
         Header(alias="Last-Event-ID", max_length=32, description="Resume after this seq."),
     ] = None,
-) -> StreamingResponse:
+) -> EventSourceResponse:
     bind_job(job_id)
     owner = visible_owner(principal)
     watcher = await state.feeds.open(job_id, principal.key_id)

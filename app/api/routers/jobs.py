@@ -23,7 +23,7 @@ from app.api.reading import (
     settle,
     status_headers,
 )
-from app.api.responses import headers, problems
+from app.api.responses import CREATION_PROBLEMS, headers, problems
 from app.api.schemas import (
     CancelCreate,
     HistoryPage,
@@ -80,7 +80,7 @@ def request_id() -> str | None:
             "description": "Accepted and durable. Poll the Location.",
             "headers": headers("Location", "Retry-After", "ETag", "Idempotency-Replayed"),
         },
-        **problems(400, 409, 413, 415, 422, 429, 503),
+        **CREATION_PROBLEMS,
     },
 )
 async def create(
@@ -120,7 +120,7 @@ async def create(
     summary="Create many jobs atomically",
     responses={
         202: {"description": "Every job accepted and durable, in request order."},
-        **problems(400, 409, 413, 415, 422, 429, 503),
+        **CREATION_PROBLEMS,
     },
 )
 async def create_many(
@@ -219,7 +219,11 @@ def _prefer_wait(prefer: str | None, cap: float) -> int | None:
             "description": "The status (a successful read, not job success).",
             "headers": headers("ETag", "Retry-After", "Vary", "Preference-Applied"),
         },
-        304: {"description": "Unchanged since If-None-Match.", "headers": headers("ETag")},
+        304: {
+            "description": "Not Modified: the status is still the one whose ETag was sent "
+            "in If-None-Match (no body; keep the status you have). A successful read.",
+            "headers": headers("ETag", "Retry-After", "Vary", "Preference-Applied"),
+        },
         **problems(404, 422, 429, 503),
     },
 )
@@ -229,10 +233,25 @@ async def get(
     principal: CurrentPrincipal,
     request: Request,
     response: Response,
-    if_none_match: Annotated[str | None, Header(alias="If-None-Match", max_length=512)] = None,
+    if_none_match: Annotated[
+        str | None,
+        Header(
+            alias="If-None-Match",
+            max_length=512,
+            description="The ETag of the status you have: 304 when it is still current.",
+            examples=['W/"3"'],
+        ),
+    ] = None,
     prefer: Annotated[
         str | None,
-        Header(description="wait=N holds the read until the job changes (capped).", max_length=512),
+        Header(
+            alias="Prefer",
+            description="RFC 7240 preferences; `wait=N` holds the read until the job changes "
+            "or N seconds pass (capped by the server; `Preference-Applied` says what was "
+            "applied). Send it with `If-None-Match` to get 304 when nothing changed.",
+            max_length=512,
+            examples=["wait=25"],
+        ),
     ] = None,
 ) -> Any:
     bind_job(job_id)
@@ -266,8 +285,21 @@ async def get(
     response_model=JobPublic,
     summary="Request cancellation",
     responses={
-        202: {"description": "cancel_requested, or canceled when nothing was running."},
-        **problems(400, 404, 409, 413, 415, 422),
+        202: {
+            "description": "cancel_requested, or canceled when nothing was running; a "
+            "repeat of a cancel that already took effect answers 202 too."
+        },
+        **problems(
+            404,
+            409,
+            413,
+            422,
+            descriptions={
+                409: "The job ended another way (`succeeded`, `failed`): the cancel lost; "
+                "`job` in the body shows the winner. Also: an operator decides an "
+                "`unresolved` job."
+            },
+        ),
     },
 )
 async def cancel(

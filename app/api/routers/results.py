@@ -64,17 +64,19 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
     signer = state.signer
     base = state.settings.public_base_url  # never the request's Host header
     expires = datetime.now(UTC) + timedelta(seconds=signer.ttl_seconds)
-    files = [
-        ResultFile(
-            name=entry["name"],
-            size=entry["size"],
-            sha256=entry["sha256"],
-            url=f"{base}/v1/downloads/"
-            + signer.sign(DownloadGrant(job.id, job.owner, entry["name"], principal.key_id)),
-            url_expires_at=expires,
+    files = []
+    for entry in (job.result_ref or {}).get("files", []):
+        token = signer.sign(DownloadGrant(job.id, job.owner, entry["name"], principal.key_id))
+        files.append(
+            ResultFile(
+                name=entry["name"],
+                size=entry["size"],
+                sha256=entry["sha256"],
+                url=f"{base}/v1/downloads/{token}",
+                token=token,
+                url_expires_at=expires,
+            )
         )
-        for entry in (job.result_ref or {}).get("files", [])
-    ]
     return ResultPublic(
         job_id=job.id,
         delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
@@ -94,7 +96,17 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             },
         },
-        **public_problems(403, 410, 422),
+        **public_problems(
+            403,
+            410,
+            422,
+            descriptions={
+                403: "The download link's signature is bad, or the link expired: read the "
+                "result again for a fresh one.",
+                410: "Gone: the result's retention passed, or the key that asked for the "
+                "link was revoked.",
+            },
+        ),
     },
 )
 async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep) -> Response:

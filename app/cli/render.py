@@ -1,0 +1,105 @@
+"""How the client verbs print a job: the label of :func:`app.presentation.present` first,
+then the facts a person needs (stages with counts and the plan revision, delivery,
+attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on a TTY."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from app.client.observer import Observer
+from app.presentation import Observation, Presentation, present
+
+
+def stage_cells(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(stage, "done of total", unit) per stage, in plan order."""
+    stages = (status.get("progress") or {}).get("stages") or []
+    return [(s["name"], f"{s['done']} of {s['total']}", str(s["unit"])) for s in stages]
+
+
+def delivery_text(status: Mapping[str, Any]) -> str:
+    delivery = status.get("delivery") or {}
+    text = str(delivery.get("state", "none"))
+    if delivery.get("expires_at"):
+        text += f" (expires {delivery['expires_at']})"
+    return text
+
+
+def result_hint(job_id: str) -> str:
+    return f"atlas-jobs result {job_id} -o DIR"
+
+
+def facts(status: Mapping[str, Any], shown: Presentation) -> list[str]:
+    """The status as a few labelled lines (the label first; never a percentage)."""
+    job_id = str(status.get("id"))
+    lines = [
+        shown.label,
+        f"job       {job_id}  {status.get('kind')} v{status.get('kind_version')}",
+        f"state     {status.get('state')} ({status.get('reason')}); "
+        f"attempt {status.get('attempt')} of {status.get('max_attempts')}",
+    ]
+    progress = status.get("progress") or {}
+    cells = stage_cells(status)
+    if cells:
+        joined = " · ".join(f"{name} {counts} {unit}" for name, counts, unit in cells)
+        lines.append(f"stages    {joined} (plan revision {progress.get('plan_revision')})")
+    lines.append(f"delivery  {delivery_text(status)}")
+    for name in ("error", "last_error"):
+        error = status.get(name)
+        if error:
+            lines.append(f"{name.replace('_', ' '):<9} {error.get('code')}: {error.get('message')}")
+    if status.get("next_attempt_at"):
+        lines.append(f"next try  {status['next_attempt_at']}")
+    if shown.show_result_link:
+        lines.append(f"result    {result_hint(job_id)}")
+    lines.append(f"updated   {status.get('updated_at')} (created {status.get('created_at')})")
+    return lines
+
+
+def watch_line(observer: Observer, job_id: str) -> tuple[str, str]:
+    """(change key, line) for piped output: a new line only when the key changes, so an
+    outage prints one stale line, not one per second."""
+    shown = observer.view()
+    observation = observer.observation()
+    line = shown.label
+    if shown.show_result_link:
+        line += f"  (result: {result_hint(job_id)})"
+    if observation == Observation.UNKNOWN:
+        return "", line  # nothing read yet: print nothing rather than a placeholder
+    key = "stale" if observation == Observation.STALE else line
+    return key, line
+
+
+def watch_panel(observer: Observer, job_id: str) -> RenderableType:
+    """The in-place view of ``watch`` on a terminal: label, stages, delivery, link."""
+    shown = observer.view()
+    parts: list[RenderableType] = [Text(shown.label, style="bold")]
+    status = observer.status
+    if status is not None:
+        progress = status.get("progress") or {}
+        cells = stage_cells(status)
+        if cells:
+            table = Table(
+                title=f"plan revision {progress.get('plan_revision')}",
+                title_justify="left",
+                box=None,
+                show_header=True,
+            )
+            for column in ("stage", "done", "unit"):
+                table.add_column(column)
+            for row in cells:
+                table.add_row(*row)
+            parts.append(table)
+        parts.append(Text(f"delivery: {delivery_text(status)}"))
+        if shown.show_result_link:
+            parts.append(Text(f"result: {result_hint(job_id)}"))
+    return Group(*parts)
+
+
+def present_status(status: Mapping[str, Any]) -> Presentation:
+    """A status just read: a fresh observation."""
+    return present(status, Observation.FRESH)

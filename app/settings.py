@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
+    scheduler_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
+    )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)

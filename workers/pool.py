@@ -5,8 +5,9 @@ short statement (:meth:`app.transitions.Transitions.claim`), start a task per jo
 when the queue has nothing for us, sleep until ``atlas_work`` is notified or the poll
 interval passes. No work ever happens inside the claim transaction.
 
-Beside it run one heartbeat loop for every held attempt, a reaper and a sweeper (every
-process runs them; ``SKIP LOCKED`` makes that safe) and the LISTEN connection.
+Beside it run one heartbeat loop for every held attempt, a reaper, a sweeper and a
+scheduler (every process runs them; ``SKIP LOCKED`` and the tick rows make that safe)
+and the LISTEN connection.
 
 SIGTERM/SIGINT: stop claiming; every running job stops at its next safe point and is
 released (back to ``queued``, attempt not charged) -- a job already publishing finishes.
@@ -46,6 +47,7 @@ from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.reaper import Reaper
 from workers.runner import JobRunner
+from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
 
 log = get_logger("atlas.worker.pool")
@@ -116,6 +118,7 @@ class WorkerPool:
         self.heartbeat = Heartbeat(self.heartbeat_engine, self.transitions, self._held, self._lose)
         self.reaper = Reaper(self.engine, self.transitions)
         self.sweeper = Sweeper(self.engine, self.transitions, self.store)
+        self.scheduler = Scheduler(self.engine, self.transitions)
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -162,6 +165,10 @@ class WorkerPool:
             asyncio.create_task(
                 self._every(self.settings.sweeper_interval_seconds, self.sweeper.run_once),
                 name="sweeper",
+            ),
+            asyncio.create_task(
+                self._every(self.settings.scheduler_interval_seconds, self.scheduler.run_once),
+                name="scheduler",
             ),
         ]
         try:

@@ -79,6 +79,12 @@ class JobNotFoundError(ApiError):
     status, slug, title = 404, "job-not-found", "No such job"
 
 
+class ScheduleNotFoundError(ApiError):
+    """Unknown schedule *or another owner's*: indistinguishable, like jobs."""
+
+    status, slug, title = 404, "schedule-not-found", "No such schedule"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 

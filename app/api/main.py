@@ -22,7 +22,7 @@ from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
-from app.api.routers import events, health, jobs, operations, results, reviews
+from app.api.routers import events, health, jobs, operations, results, reviews, schedules
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
@@ -45,6 +45,7 @@ TAGS = [
     {"name": "results", "description": "Result references and signed downloads."},
     {"name": "reviews", "description": "Review gates (reviewer role)."},
     {"name": "operations", "description": "Operator decisions and the queue view."},
+    {"name": "schedules", "description": "Cron triggers: one job per tick, exactly once."},
     {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
 ]
 
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         results.router,
         reviews.router,
         operations.router,
+        schedules.router,
         health.router,
     ):
         app.include_router(router)

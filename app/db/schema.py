@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -35,6 +36,7 @@ from app.lifecycle import (
     DeliveryState,
     JobState,
 )
+from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -292,3 +294,65 @@ api_keys = Table(
         name="roles_known",
     ),
 )
+
+# -- schedules (cron triggers) -------------------------------------------------------
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("name", Text),
+    Column("cron", Text, nullable=False),
+    Column("timezone", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("kind_version", Integer, nullable=False),
+    Column("input", JSONB, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("misfire_policy", Text, nullable=False),
+    Column("misfire_grace_seconds", Integer, nullable=False),
+    Column("catch_up_limit", Integer, nullable=False),
+    Column("next_fire_at", TZ, nullable=False),
+    Column("last_fire_at", TZ),
+    Column("last_job_id", UUID(as_uuid=True)),
+    Column("fired_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(
+        f"misfire_policy IN ({sql_list(p.value for p in MisfirePolicy)})", name="policy_known"
+    ),
+    CheckConstraint("misfire_grace_seconds >= 1", name="grace_positive"),
+    CheckConstraint(
+        f"catch_up_limit BETWEEN 1 AND {MAX_CATCH_UP_LIMIT}", name="catch_up_limit_bounded"
+    ),
+)
+# The scheduler's one query: due, enabled schedules in tick order.
+Index(
+    "ix_schedules_next_fire_at",
+    schedules.c.next_fire_at,
+    postgresql_where=schedules.c.enabled,
+)
+Index("ix_schedules_owner_seq", schedules.c.owner, schedules.c.seq.desc())
+
+schedule_fires = Table(
+    "schedule_fires",
+    metadata,
+    Column(
+        "schedule_id",
+        UUID(as_uuid=True),
+        ForeignKey("schedules.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("fire_at", TZ, nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="SET NULL")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    # One row per tick: the arbiter that makes any number of schedulers create exactly
+    # one job per tick (INSERT ... ON CONFLICT DO NOTHING in the job's transaction).
+    PrimaryKeyConstraint("schedule_id", "fire_at"),
+)
+Index("ix_schedule_fires_job_id", schedule_fires.c.job_id)
+Index("ix_schedule_fires_fire_at", schedule_fires.c.fire_at)

@@ -21,7 +21,13 @@ Callers own the transaction: pass an ``AsyncConnection`` inside ``engine.begin()
 from __future__ import annotations
 
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
-from app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, NewJob, error_doc
+from app.transitions.base import (
+    SYSTEM_REAPER,
+    SYSTEM_SCHEDULER,
+    SYSTEM_SWEEPER,
+    NewJob,
+    error_doc,
+)
 from app.transitions.maintenance import MaintenanceMoves
 from app.transitions.requests import RequestMoves
 from app.transitions.worker import WorkerMoves
@@ -33,6 +39,7 @@ class Transitions(RequestMoves, WorkerMoves, MaintenanceMoves):
 
 __all__ = [
     "SYSTEM_REAPER",
+    "SYSTEM_SCHEDULER",
     "SYSTEM_SWEEPER",
     "Actor",
     "Applied",

@@ -217,6 +217,13 @@ class JobPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
+class ScheduleTrigger(BaseModel):
+    """The schedule tick that created a job."""
+
+    schedule_id: uuid.UUID = Field(description="The schedule that fired.")
+    tick: datetime = Field(description="The tick (UTC) the job was created for.")
+
+
 class HistoryItem(BaseModel):
     """One recorded transition. ``from`` is null for the creation."""
 
@@ -238,6 +245,10 @@ class HistoryItem(BaseModel):
         ge=1,
         description="How many identical requests this item stands for: a late cancel "
         "repeated by the same actor is recorded once, with a count.",
+    )
+    trigger: ScheduleTrigger | None = Field(
+        default=None,
+        description="On the creation of a job made by a schedule: which schedule and tick.",
     )
 
 

@@ -125,8 +125,15 @@ def history_item(row: Any) -> HistoryItem:
             "event_id": row.event_id,
             "note": row.note,
             "count": int((row.data or {}).get("count", 1)),
+            "trigger": _trigger(row.data),
         }
     )
+
+
+def _trigger(data: Any) -> dict[str, Any] | None:
+    if not data or "schedule_id" not in data:
+        return None
+    return {"schedule_id": data["schedule_id"], "tick": data["tick"]}
 
 
 def etag(version: int) -> str:

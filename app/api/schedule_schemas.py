@@ -6,7 +6,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from app.api.schemas import JobCreate, StrictModel
 from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy
@@ -61,26 +62,43 @@ class ScheduleCreate(StrictModel):
 
 
 class ScheduleChange(StrictModel):
-    """``PATCH /v1/schedules/{id}``: the fields to change; absent fields stay. A new
-    ``cron`` or ``timezone``, or ``enabled`` turned back on, starts from the next tick
-    after now (a paused schedule does not catch up its pause)."""
+    """``PATCH /v1/schedules/{id}``: the fields to change; absent fields stay (only
+    ``name`` may be null). A new ``cron`` or ``timezone``, or ``enabled`` turned back on,
+    starts from the next tick after now (a paused schedule does not catch up its pause)."""
 
+    # Absent is not null: a field left out stays as it is; an explicit null (but for
+    # ``name``) is 422, and the schema says so (``SkipJsonSchema`` keeps null out of it).
     name: str | None = Field(default=None, max_length=200, description=NAME_DESCRIPTION)
-    cron: str | None = Field(
+    cron: str | SkipJsonSchema[None] = Field(
         default=None, min_length=1, max_length=200, description=CRON_DESCRIPTION
     )
-    timezone: str | None = Field(
+    timezone: str | SkipJsonSchema[None] = Field(
         default=None, min_length=1, max_length=64, description=TIMEZONE_DESCRIPTION
     )
-    job: JobCreate | None = Field(default=None, description="The job each tick creates.")
-    enabled: bool | None = Field(default=None, description="Whether ticks fire.")
-    misfire_policy: MisfirePolicy | None = Field(default=None, description=POLICY_DESCRIPTION)
-    misfire_grace_seconds: int | None = Field(
+    job: JobCreate | SkipJsonSchema[None] = Field(
+        default=None, description="The job each tick creates."
+    )
+    enabled: StrictBool | SkipJsonSchema[None] = Field(
+        default=None, description="Whether ticks fire."
+    )
+    misfire_policy: MisfirePolicy | SkipJsonSchema[None] = Field(
+        default=None, description=POLICY_DESCRIPTION
+    )
+    misfire_grace_seconds: StrictInt | SkipJsonSchema[None] = Field(
         default=None, ge=1, le=86_400, description=GRACE_DESCRIPTION
     )
-    catch_up_limit: int | None = Field(
+    catch_up_limit: StrictInt | SkipJsonSchema[None] = Field(
         default=None, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = sorted(k for k, v in data.items() if v is None and k != "name")
+            if nulls:
+                raise ValueError(f"may not be null: {', '.join(nulls)}")
+        return data
 
 
 class ScheduledJob(BaseModel):

@@ -28,14 +28,19 @@ async def test_create_read_list_and_delete(client: httpx.AsyncClient, keys: Keys
     assert created.status_code == 201, created.text
     schedule = created.json()
     assert created.headers["Location"] == schedule["url"] == f"/v1/schedules/{schedule['id']}"
-    assert schedule["owner"] == "alice" and schedule["enabled"] is True
-    assert schedule["misfire_policy"] == "skip" and schedule["catch_up_limit"] == 10
-    assert schedule["job"]["kind"] == "atlas.bundle" and schedule["job"]["kind_version"] == 1
+    assert schedule["owner"] == "alice"
+    assert schedule["enabled"] is True
+    assert schedule["misfire_policy"] == "skip"
+    assert schedule["catch_up_limit"] == 10
+    assert schedule["job"]["kind"] == "atlas.bundle"
+    assert schedule["job"]["kind_version"] == 1
     assert schedule["next_fire_at"].endswith(("00:30:00Z", "01:00:00Z", "+00:00"))
-    assert schedule["last_fire_at"] is None and schedule["fired_count"] == 0
+    assert schedule["last_fire_at"] is None
+    assert schedule["fired_count"] == 0
 
     read = await client.get(schedule["url"], headers=keys.a)
-    assert read.status_code == 200 and read.json() == schedule
+    assert read.status_code == 200
+    assert read.json() == schedule
     listed = await client.get("/v1/schedules", headers=keys.a)
     assert [s["id"] for s in listed.json()["items"]] == [schedule["id"]]
 
@@ -95,7 +100,8 @@ async def test_only_operators_create_for_another_owner_and_see_every_owner(
     refused = await client.post("/v1/schedules", json=body(owner="bob"), headers=keys.a)
     assert refused.status_code == 403
     made = await client.post("/v1/schedules", json=body(owner="bob"), headers=keys.op)
-    assert made.status_code == 201 and made.json()["owner"] == "bob"
+    assert made.status_code == 201
+    assert made.json()["owner"] == "bob"
     await client.post("/v1/schedules", json=body(), headers=keys.a)
     everyone = (await client.get("/v1/schedules", headers=keys.op)).json()["items"]
     assert {s["owner"] for s in everyone} == {"alice", "bob"}
@@ -107,7 +113,8 @@ async def test_patch_pauses_resumes_and_retimes(client: httpx.AsyncClient, keys:
     schedule = (await client.post("/v1/schedules", json=body(), headers=keys.a)).json()
     paused = await client.patch(schedule["url"], json={"enabled": False}, headers=keys.a)
     assert paused.status_code == 200
-    assert paused.json()["enabled"] is False and paused.json()["next_fire_at"] is None
+    assert paused.json()["enabled"] is False
+    assert paused.json()["next_fire_at"] is None
     retimed = await client.patch(
         schedule["url"],
         json={"enabled": True, "cron": "*/5 * * * *", "timezone": "UTC", "name": None},
@@ -115,10 +122,12 @@ async def test_patch_pauses_resumes_and_retimes(client: httpx.AsyncClient, keys:
     )
     assert retimed.status_code == 200, retimed.text
     changed = retimed.json()
-    assert changed["cron"] == "*/5 * * * *" and changed["name"] is None
+    assert changed["cron"] == "*/5 * * * *"
+    assert changed["name"] is None
     assert int(changed["next_fire_at"][14:16]) % 5 == 0
     bad = await client.patch(schedule["url"], json={"cron": "nope"}, headers=keys.a)
-    assert bad.status_code == 422 and bad.json()["errors"][0]["loc"] == ["body", "cron"]
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["loc"] == ["body", "cron"]
     null = await client.patch(schedule["url"], json={"enabled": None}, headers=keys.a)
     assert null.status_code == 422
     unknown = await client.patch(schedule["url"], json={"owner": "bob"}, headers=keys.a)
@@ -145,18 +154,21 @@ async def test_fires_list_the_ticks_and_their_jobs(
     assert made >= 3
     page = await client.get(schedule["url"] + "/fires", params={"limit": 2}, headers=keys.a)
     first = page.json()
-    assert len(first["items"]) == 2 and first["next_before"] is not None
+    assert len(first["items"]) == 2
+    assert first["next_before"] is not None
     rest = await client.get(
         schedule["url"] + "/fires", params={"before": first["next_before"]}, headers=keys.a
     )
     ticks = [f["tick"] for f in first["items"] + rest.json()["items"]]
     assert len(ticks) == made == len(set(ticks))
     job = await client.get(first["items"][0]["job_url"], headers=keys.a)
-    assert job.status_code == 200 and job.json()["kind"] == "atlas.noop"
+    assert job.status_code == 200
+    assert job.json()["kind"] == "atlas.noop"
     history = await client.get(first["items"][0]["job_url"] + "/history", headers=keys.a)
     created = history.json()["items"][0]
     assert created["actor"] == "system:scheduler"
     assert created["trigger"]["schedule_id"] == schedule["id"]
     assert created["trigger"]["tick"] == first["items"][0]["tick"]
     after = (await client.get(schedule["url"], headers=keys.a)).json()
-    assert after["fired_count"] == made and after["last_job_url"] is not None
+    assert after["fired_count"] == made
+    assert after["last_job_url"] is not None

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -74,14 +75,15 @@ async def test_due_ticks_become_jobs_with_the_schedule_and_tick_in_their_history
 ) -> None:
     schedule = await add(engine, clock, spec())
     scheduler = Scheduler(engine, transitions)
-    assert await scheduler.run_once() == 0  # the first tick is after creation
+    made = await scheduler.run_once()  # 0, unless the box is slow enough for a tick
     clock.advance(3.5)
-    made = await scheduler.run_once()
-    assert made in (3, 4)  # ticks in (created, created + 3.5 s]
+    made += await scheduler.run_once()
+    assert made >= 3  # every tick in (created, now]
     rows = await fired(engine, schedule.id)
-    assert len(rows) == made and all(row.job_id is not None for row in rows)
+    assert len(rows) == made
+    assert all(row.job_id is not None for row in rows)
     ticks = [row.fire_at for row in rows]
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(ticks, ticks[1:], strict=False))
+    assert all(b - a == timedelta(seconds=1) for a, b in pairwise(ticks))
     async with engine.connect() as conn:
         created = (
             await conn.execute(
@@ -111,7 +113,8 @@ async def test_due_ticks_become_jobs_with_the_schedule_and_tick_in_their_history
     assert after.last_fire_at == ticks[-1]
     assert after.last_job_id == rows[-1].job_id
     assert after.next_fire_at == ticks[-1] + timedelta(seconds=1)
-    assert await scheduler.run_once() == 0  # nothing fires twice
+    clock.advance(-10)  # the clock going back never fires a tick twice
+    assert await scheduler.run_once() == 0
 
 
 async def test_concurrent_schedulers_create_exactly_one_job_per_tick(
@@ -132,7 +135,7 @@ async def test_concurrent_schedulers_create_exactly_one_job_per_tick(
         ticks = [row.fire_at for row in rows]
         assert len(ticks) >= 5
         assert len(set(ticks)) == len(ticks)
-        assert all(b - a == timedelta(seconds=1) for a, b in zip(ticks, ticks[1:], strict=False))
+        assert all(b - a == timedelta(seconds=1) for a, b in pairwise(ticks))
     async with engine.connect() as conn:
         fires = (await conn.execute(select(func.count()).select_from(schedule_fires))).scalar()
         made = (await conn.execute(select(func.count()).select_from(jobs))).scalar()
@@ -150,7 +153,8 @@ async def test_a_tick_recorded_before_is_never_recorded_again(
         first = await schedules.record_fires(conn, [(schedule.id, tick)])
     async with engine.begin() as conn:
         again = await schedules.record_fires(conn, [(schedule.id, tick)])
-    assert first == {(schedule.id, tick)} and again == set()
+    assert first == {(schedule.id, tick)}
+    assert again == set()
 
 
 async def test_catch_up_fires_the_missed_ticks_once_and_skip_drops_them(
@@ -165,10 +169,12 @@ async def test_catch_up_fires_the_missed_ticks_once_and_skip_drops_them(
     caught = [row.fire_at for row in await fired(engine, catch_up.id)]
     skipped = [row.fire_at for row in await fired(engine, skip.id)]
     # every tick since creation (10 or 11 of them, by where in its second it was made)
-    assert 10 <= len(caught) <= 12 and caught[0] == catch_up.next_fire_at
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(caught, caught[1:], strict=False))
+    assert len(caught) >= 10
+    assert caught[0] == catch_up.next_fire_at
+    assert all(b - a == timedelta(seconds=1) for a, b in pairwise(caught))
     # only the ticks within the 2 s grace
-    assert 2 <= len(skipped) <= 4 and skipped[-1] == caught[-1]
+    assert skipped[0] >= caught[0] + timedelta(seconds=7)
+    assert skipped[-1] == caught[-1]
 
 
 async def test_a_schedule_of_an_unknown_kind_is_disabled_not_retried_forever(
@@ -186,7 +192,8 @@ async def test_a_schedule_of_an_unknown_kind_is_disabled_not_retried_forever(
     await Scheduler(engine, transitions).run_once()
     async with engine.connect() as conn:
         broken = await schedules.get(conn, schedule.id, owner=None)
-    assert broken is not None and broken.enabled is False
+    assert broken is not None
+    assert broken.enabled is False
     assert await fired(engine, schedule.id) == []
     assert len(await fired(engine, healthy.id)) >= 2
 
@@ -208,7 +215,9 @@ async def test_pausing_and_resuming_does_not_catch_up_the_pause(
         )
     assert resumed is not None
     clock.advance(1.5)
-    assert await scheduler.run_once() in (1, 2)
+    assert await scheduler.run_once() >= 1
+    ticks = [row.fire_at for row in await fired(engine, schedule.id)]
+    assert min(ticks) == resumed.next_fire_at  # nothing from the 20 s pause
 
 
 async def test_old_fire_rows_are_pruned_in_bounded_batches(

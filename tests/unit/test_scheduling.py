@@ -25,7 +25,9 @@ def utc(*args: int) -> datetime:
         ("0 2 * * *", "../../etc/passwd", "timezone"),
     ],
 )
-def test_unschedulable_expressions_name_the_field(expression: str, timezone: str, field: str) -> None:
+def test_unschedulable_expressions_name_the_field(
+    expression: str, timezone: str, field: str
+) -> None:
     with pytest.raises(InvalidScheduleError) as caught:
         parse(expression, timezone)
     assert caught.value.field == field
@@ -84,7 +86,9 @@ def test_nothing_is_due_before_the_next_tick() -> None:
         misfire_grace_seconds=60,
         catch_up_limit=10,
     )
-    assert plan.fire == () and plan.next_fire_at == at(5) and plan.skipped_from is None
+    assert plan.fire == ()
+    assert plan.next_fire_at == at(5)
+    assert plan.skipped_from is None
 
 
 def test_skip_fires_the_ticks_within_grace_and_skips_older_ones() -> None:
@@ -110,7 +114,8 @@ def test_skip_within_grace_fires_every_tick_in_order() -> None:
         misfire_grace_seconds=60,
         catch_up_limit=1,
     )
-    assert plan.fire == (at(8), at(9), at(10)) and plan.skipped_from is None
+    assert plan.fire == (at(8), at(9), at(10))
+    assert plan.skipped_from is None
 
 
 def test_catch_up_fires_every_missed_tick_up_to_the_limit() -> None:
@@ -122,7 +127,8 @@ def test_catch_up_fires_every_missed_tick_up_to_the_limit() -> None:
         misfire_grace_seconds=1,
         catch_up_limit=10,
     )
-    assert plan.fire == (at(1), at(2), at(3), at(4), at(5)) and plan.skipped_from is None
+    assert plan.fire == (at(1), at(2), at(3), at(4), at(5))
+    assert plan.skipped_from is None
     bounded = due_ticks(
         EVERY_SECOND,
         next_fire_at=at(1),
@@ -131,7 +137,8 @@ def test_catch_up_fires_every_missed_tick_up_to_the_limit() -> None:
         misfire_grace_seconds=1,
         catch_up_limit=2,
     )
-    assert bounded.fire == (at(4), at(5)) and bounded.skipped_from == at(1)
+    assert bounded.fire == (at(4), at(5))
+    assert bounded.skipped_from == at(1)
 
 
 def test_a_year_of_downtime_is_not_walked_tick_by_tick() -> None:
@@ -144,7 +151,8 @@ def test_a_year_of_downtime_is_not_walked_tick_by_tick() -> None:
         misfire_grace_seconds=1,
         catch_up_limit=3,
     )
-    assert len(plan.fire) == 3 and plan.fire[-1] == at(365 * 24 * 3600)
+    assert len(plan.fire) == 3
+    assert plan.fire[-1] == at(365 * 24 * 3600)
     skip = due_ticks(
         EVERY_SECOND,
         next_fire_at=at(0),
@@ -166,4 +174,5 @@ def test_the_series_follows_the_target_ticks_not_the_evaluation_time() -> None:
         misfire_grace_seconds=300,
         catch_up_limit=1,
     )
-    assert plan.fire == (utc(2026, 1, 1, 0, 15),) and plan.next_fire_at == utc(2026, 1, 1, 0, 30)
+    assert plan.fire == (utc(2026, 1, 1, 0, 15),)
+    assert plan.next_fire_at == utc(2026, 1, 1, 0, 30)

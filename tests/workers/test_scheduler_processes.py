@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -82,7 +83,7 @@ async def jobs_per_tick(engine: AsyncEngine, schedule_id: uuid.UUID) -> dict[str
 
 
 def gaps(ticks: list[datetime]) -> list[tuple[datetime, datetime]]:
-    return [(a, b) for a, b in zip(ticks, ticks[1:], strict=False) if b - a != ONE_SECOND]
+    return [(a, b) for a, b in pairwise(ticks) if b - a != ONE_SECOND]
 
 
 async def test_one_job_per_tick_with_three_processes_and_one_killed(
@@ -101,10 +102,13 @@ async def test_one_job_per_tick_with_three_processes_and_one_killed(
     ticks = await ticks_of(engine, schedule.id)
     window = [t for t in ticks if t <= end]
     assert gaps(window) == [], fleet.logs()
-    assert window[0] <= start + 2 * ONE_SECOND and len(window) >= 18
+    assert window[0] <= start + 2 * ONE_SECOND
+    assert len(window) >= 18
     per_tick = await jobs_per_tick(engine, schedule.id)
-    assert len(per_tick) == len(ticks) and set(per_tick.values()) == {1}
-    assert workers[0].alive() and workers[2].alive()
+    assert len(per_tick) == len(ticks)
+    assert set(per_tick.values()) == {1}
+    assert workers[0].alive()
+    assert workers[2].alive()
 
 
 async def test_after_an_outage_catch_up_fires_the_missed_ticks_once_and_skip_does_not(
@@ -131,7 +135,8 @@ async def test_after_an_outage_catch_up_fires_the_missed_ticks_once_and_skip_doe
     outage = [t for t in caught if down_from < t < back]
     assert len(outage) >= 4
     per_tick = await jobs_per_tick(engine, catch_up.id)
-    assert len(per_tick) == len(caught) and set(per_tick.values()) == {1}
+    assert len(per_tick) == len(caught)
+    assert set(per_tick.values()) == {1}
 
     skipped = await ticks_of(engine, skip.id)
     assert [t for t in skipped if down_from + 2 * ONE_SECOND < t < back - ONE_SECOND] == []

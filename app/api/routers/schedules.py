@@ -37,6 +37,10 @@ router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 MAX_PAGE = 100
 CURSOR_PATTERN = r"^s[0-9]{1,18}$"
+INSTANT_PATTERN = (
+    r"^[0-9]{4}-[0-1][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+    r"(Z|[+-][0-2][0-9]:[0-5][0-9])$"
+)
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {
         "model": Problem,
@@ -85,6 +89,16 @@ def _cron(expression: str, timezone: str) -> Cron:
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     spec, normalized = validated_input(body, ("body", "job"))
     return spec.name, spec.version, normalized
+
+
+def _instant(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequestError(
+            "before is not a valid instant",
+            errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
+        ) from None
 
 
 def _owner_for(principal: Principal, requested: str | None) -> str:
@@ -197,15 +211,9 @@ async def read_schedule(
 async def change_schedule(
     schedule_id: uuid.UUID, body: ScheduleChange, state: StateDep, principal: CurrentPrincipal
 ) -> SchedulePublic:
-    given = body.model_dump(exclude_unset=True)
-    nulls = [field for field, value in given.items() if value is None and field != "name"]
-    if nulls:
-        raise InvalidRequestError(
-            "Only name may be set to null",
-            errors=[{"loc": ["body", f], "msg": "may not be null", "type": "null"} for f in nulls],
-        )
+    given = body.model_fields_set
     changes: dict[str, Any] = {
-        key: given[key]
+        key: getattr(body, key)
         for key in ("name", "enabled", "misfire_grace_seconds", "catch_up_limit")
         if key in given
     }
@@ -258,12 +266,20 @@ async def schedule_fires(
     state: StateDep,
     principal: CurrentPrincipal,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
-    before: Annotated[datetime | None, Query(description="next_before of the last page.")] = None,
+    before: Annotated[
+        str | None,
+        Query(pattern=INSTANT_PATTERN, description="next_before of the last page (RFC 3339)."),
+    ] = None,
 ) -> ScheduleFirePage:
     async with state.engine.connect() as conn:
         if await schedules.get(conn, schedule_id, owner=visible_owner(principal)) is None:
             raise ScheduleNotFoundError()
-        rows = await schedules.fires(conn, schedule_id, before=before, limit=limit + 1)
+        rows = await schedules.fires(
+            conn,
+            schedule_id,
+            before=None if before is None else _instant(before),
+            limit=limit + 1,
+        )
     shown = rows[:limit]
     return ScheduleFirePage(
         items=[

@@ -45,12 +45,14 @@ class ScheduleCreate(StrictModel):
         examples=["Europe/Berlin"],
     )
     job: JobCreate = Field(description="The job each tick creates: the body of POST /v1/jobs.")
-    enabled: bool = Field(default=True, description="Whether ticks fire.")
+    enabled: StrictBool = Field(default=True, description="Whether ticks fire.")
     misfire_policy: MisfirePolicy = Field(
         default=MisfirePolicy.SKIP, description=POLICY_DESCRIPTION
     )
-    misfire_grace_seconds: int = Field(default=60, ge=1, le=86_400, description=GRACE_DESCRIPTION)
-    catch_up_limit: int = Field(
+    misfire_grace_seconds: StrictInt = Field(
+        default=60, ge=1, le=86_400, description=GRACE_DESCRIPTION
+    )
+    catch_up_limit: StrictInt = Field(
         default=10, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
     )
     owner: str | None = Field(

@@ -32,6 +32,8 @@ SPEC = REPO / "openapi" / "openapi.json"
 # * schedules-create and schedules-change: a schema-valid ``cron`` or ``timezone`` string
 #   may still be no cron expression or IANA zone (JSON Schema cannot say which strings
 #   are), and the job's input follows its kind; the API answers 422 naming the field.
+# * schedules-fires: ``before`` matches the RFC 3339 pattern but may be no calendar date
+#   (``2026-02-30``): 422.
 # * events-stream: a live job's stream stays open by design; read one event and stop.
 SCHEMATHESIS_CONFIG = """
 [[operations]]
@@ -66,6 +68,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]
 include-operation-id = "schedules-change"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "schedules-fires"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]

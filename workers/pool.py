@@ -49,6 +49,7 @@ from workers.reaper import Reaper
 from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
+from workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
 
@@ -70,6 +71,7 @@ class WorkerPool:
         claim_batch: int | None = None,
         handlers: dict[str, Handler] | None = None,
         clock: Clock | None = None,
+        render_status: RenderStatus | None = None,
     ) -> None:
         self.settings = settings
         self.database_url = database_url
@@ -119,6 +121,11 @@ class WorkerPool:
         self.reaper = Reaper(self.engine, self.transitions)
         self.sweeper = Sweeper(self.engine, self.transitions, self.store)
         self.scheduler = Scheduler(self.engine, self.transitions)
+        self.webhooks = (
+            WebhookSender(self.engine, self.transitions.clock, settings, render_status)
+            if render_status is not None
+            else None
+        )
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -171,6 +178,13 @@ class WorkerPool:
                 name="scheduler",
             ),
         ]
+        if self.webhooks is not None:
+            background.append(
+                asyncio.create_task(
+                    self._every(self.settings.webhook_interval_seconds, self.webhooks.run_once),
+                    name="webhooks",
+                )
+            )
         try:
             await self._claim_loop(stop)
             await self._drain()
@@ -267,7 +281,13 @@ async def _first(*waits: Awaitable[object]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) -> None:
+async def serve(
+    settings: Settings,
+    *,
+    concurrency: int,
+    worker_id: str | None,
+    render_status: RenderStatus | None = None,
+) -> None:
     """Run a pool until SIGTERM/SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -278,6 +298,7 @@ async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) 
         database_url=resolve_database_url(settings),
         concurrency=concurrency,
         worker_id=worker_id,
+        render_status=render_status,
     )
     try:
         await pool.run(stop)
@@ -287,6 +308,15 @@ async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) 
                 loop.remove_signal_handler(signum)
 
 
-def run_worker(settings: Settings, *, concurrency: int, worker_id: str | None) -> None:
-    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``."""
-    asyncio.run(serve(settings, concurrency=concurrency, worker_id=worker_id))
+def run_worker(
+    settings: Settings,
+    *,
+    concurrency: int,
+    worker_id: str | None,
+    render_status: RenderStatus | None = None,
+) -> None:
+    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``;
+    ``render_status`` (the API's status representation) turns the webhook sender on."""
+    asyncio.run(
+        serve(settings, concurrency=concurrency, worker_id=worker_id, render_status=render_status)
+    )

@@ -22,7 +22,16 @@ from app.api.metrics import ApiMetrics
 from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
-from app.api.routers import events, health, jobs, operations, results, reviews, schedules
+from app.api.routers import (
+    events,
+    health,
+    jobs,
+    operations,
+    results,
+    reviews,
+    schedules,
+    webhooks,
+)
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
@@ -46,6 +55,7 @@ TAGS = [
     {"name": "reviews", "description": "Review gates (reviewer role)."},
     {"name": "operations", "description": "Operator decisions and the queue view."},
     {"name": "schedules", "description": "Cron triggers: one job per tick, exactly once."},
+    {"name": "webhooks", "description": "Completion callbacks: endpoints and deliveries."},
     {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
 ]
 
@@ -106,6 +116,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         reviews.router,
         operations.router,
         schedules.router,
+        webhooks.router,
         health.router,
     ):
         app.include_router(router)

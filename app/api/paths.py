@@ -14,7 +14,7 @@ _UUID_SEGMENT = re.compile(
     r"/([a-z]+)/[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
     r"(?=/|$)"
 )
-_ID_PARAMETERS = {"jobs": "job_id", "schedules": "schedule_id"}
+_ID_PARAMETERS = {"jobs": "job_id", "schedules": "schedule_id", "webhooks": "webhook_id"}
 """The path parameter an id takes after its collection (``/v1/schedules/{schedule_id}``)."""
 _ANY_JOB_SEGMENT = re.compile(r"^(/v1/jobs/)[^/]+(/[a-z]+)?$")
 _DOWNLOADS = "/v1/downloads/"

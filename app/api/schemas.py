@@ -32,6 +32,14 @@ class JobCreateBase(StrictModel):
 
     kind: str
     input: BaseModel
+    notify: uuid.UUID | None = Field(
+        default=None,
+        description=(
+            "The id of one of the owner's webhook endpoints (POST /v1/webhooks) to call "
+            "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
+            "result expires."
+        ),
+    )
 
 
 def _create_model_name(kind: str) -> str:

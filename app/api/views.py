@@ -60,6 +60,12 @@ def effective_delivery(job: Any) -> DeliveryState:
     return delivery
 
 
+def status_document(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
+    """The status body as JSON data, exactly as ``GET /v1/jobs/{id}`` sends it (the
+    webhook sender's body)."""
+    return job_status(job, stages).model_dump(mode="json", by_alias=True)
+
+
 def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
     """The status body of SPEC section 3 for one job row and its stage rows."""
     state = JobState(job.state)

@@ -125,13 +125,16 @@ def worker(
     worker_id: Annotated[str | None, typer.Option(help="Name shown in leases.")] = None,
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    from app.api.views import status_document
     from app.logs import configure_logging
     from workers.pool import run_worker
 
     settings = get_settings()
     configure_logging(settings)
     os.environ["DATABASE_URL"] = database_url()
-    run_worker(settings, concurrency=concurrency, worker_id=worker_id)
+    run_worker(
+        settings, concurrency=concurrency, worker_id=worker_id, render_status=status_document
+    )
 
 
 @app.command()

@@ -37,6 +37,7 @@ from app.lifecycle import (
     JobState,
 )
 from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy
+from app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -356,3 +357,76 @@ schedule_fires = Table(
 )
 Index("ix_schedule_fires_job_id", schedule_fires.c.job_id)
 Index("ix_schedule_fires_fire_at", schedule_fires.c.fire_at)
+
+# -- webhooks (completion callbacks) ---------------------------------------------------
+
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    # The signing secret must be usable to sign (HMAC), so it is stored as is -- unlike
+    # API keys, which are only ever compared and are stored hashed.
+    Column("secret", Text, nullable=False),
+    Column("description", Text),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+)
+Index("ix_webhooks_owner_seq", webhooks.c.owner, webhooks.c.seq.desc())
+
+job_webhooks = Table(
+    "job_webhooks",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "webhook_id",
+        UUID(as_uuid=True),
+        ForeignKey("webhooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    PrimaryKeyConstraint("job_id", "webhook_id"),
+)
+Index("ix_job_webhooks_webhook_id", job_webhooks.c.webhook_id)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    # The delivery's id is its ``webhook-id``: the same on every retry of it.
+    Column("id", UUID(as_uuid=True), server_default=text("gen_random_uuid()"), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "webhook_id",
+        UUID(as_uuid=True),
+        ForeignKey("webhooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("lease_expires_at", TZ),
+    Column("last_status_code", Integer),
+    Column("last_error", Text),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("delivered_at", TZ),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(
+        f"state IN ({sql_list(s.value for s in DeliveryAttemptState)})", name="state_known"
+    ),
+    CheckConstraint(f"event IN ({sql_list(WEBHOOK_EVENTS)})", name="event_known"),
+)
+# The sender's one query: what is due (pending, or sending with an expired lease).
+Index(
+    "ix_webhook_deliveries_due",
+    webhook_deliveries.c.next_attempt_at,
+    postgresql_where=text("state IN ('pending', 'sending')"),
+)
+Index("ix_webhook_deliveries_job_id", webhook_deliveries.c.job_id, webhook_deliveries.c.seq)
+Index("ix_webhook_deliveries_webhook_id", webhook_deliveries.c.webhook_id)

@@ -87,6 +87,13 @@ def _cron(expression: str, timezone: str) -> Cron:
 
 
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
+    if body.notify is not None:
+        raise InvalidRequestError(
+            "A schedule's jobs cannot notify a webhook yet",
+            errors=[
+                {"loc": ["body", "job", "notify"], "msg": "not supported", "type": "unsupported"}
+            ],
+        )
     spec, normalized = validated_input(body, ("body", "job"))
     return spec.name, spec.version, normalized
 

@@ -15,6 +15,7 @@ import typer
 from app.cli.client import client_app, register_client_verbs
 from app.cli.keys import keys_app
 from app.cli.schedules import schedules_app
+from app.cli.webhooks import webhooks_app
 from app.settings import DEFAULT_HOST, DEFAULT_PORT, bind_url, get_settings
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ db_app = typer.Typer(help="The database in use (embedded unless DATABASE_URL is 
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)
 

@@ -53,3 +53,20 @@ async def test_schedule_verbs_over_http(live_api: LiveApi, engine: AsyncEngine) 
     assert down.returncode == 2
     assert down.stderr.count("\n") == 1
     assert "cannot reach the API" in down.stderr
+
+
+async def test_webhook_verbs_over_http(live_api: LiveApi, engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="dora", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    made = cli("webhooks", "create", "https://93.184.216.34/hooks", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    hook = json.loads(made.stdout)
+    assert hook["secret"].startswith("whsec_")
+    listed = cli("webhooks", "list", env=env)
+    assert listed.stdout.strip() == f"{hook['id']}  https://93.184.216.34/hooks"
+    refused = cli("webhooks", "create", "http://169.254.169.254/", env=env)
+    assert refused.returncode == 1
+    assert "422" in refused.stderr
+    assert cli("webhooks", "delete", hook["id"], env=env).returncode == 0
+    assert cli("webhooks", "list", env=env).stdout == ""

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import schedules
+from app.db import schedules, webhooks
 from app.kinds import KINDS
 from app.logs import get_logger
 from app.scheduling import Cron, DueTicks, MisfirePolicy, due_ticks
@@ -91,6 +91,14 @@ class Scheduler:
                 for (row, tick), applied in zip(births, created, strict=True)
             ]
             await schedules.link_jobs(conn, links)
+            await webhooks.attach(
+                conn,
+                [
+                    (applied.job.id, row.notify_webhook_id)
+                    for (row, _), applied in zip(births, created, strict=True)
+                    if row.notify_webhook_id is not None
+                ],
+            )
             await schedules.advance(
                 conn, [_advance(row, plan, links) for row, plan in plans], clock
             )

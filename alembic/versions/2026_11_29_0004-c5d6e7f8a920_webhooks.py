@@ -145,6 +145,18 @@ def upgrade() -> None:
     op.create_index(
         "ix_webhook_deliveries_webhook_id", "webhook_deliveries", ["webhook_id"], unique=False
     )
+    op.add_column("schedules", sa.Column("notify_webhook_id", sa.UUID(), nullable=True))
+    op.create_foreign_key(
+        op.f("fk_schedules_notify_webhook_id_webhooks"),
+        "schedules",
+        "webhooks",
+        ["notify_webhook_id"],
+        ["id"],
+        ondelete="SET NULL",
+    )
+    op.create_index(
+        "ix_schedules_notify_webhook_id", "schedules", ["notify_webhook_id"], unique=False
+    )
     op.execute(ENQUEUE_DELIVERIES)
     op.execute(
         "CREATE TRIGGER jobs_enqueue_webhook_deliveries AFTER UPDATE ON jobs "
@@ -156,6 +168,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS jobs_enqueue_webhook_deliveries ON jobs")
     op.execute("DROP FUNCTION IF EXISTS atlas_enqueue_webhook_deliveries()")
+    op.drop_index("ix_schedules_notify_webhook_id", table_name="schedules")
+    op.drop_constraint(
+        op.f("fk_schedules_notify_webhook_id_webhooks"), "schedules", type_="foreignkey"
+    )
+    op.drop_column("schedules", "notify_webhook_id")
     op.drop_index("ix_webhook_deliveries_webhook_id", table_name="webhook_deliveries")
     op.drop_index("ix_webhook_deliveries_job_id", table_name="webhook_deliveries")
     op.drop_index(

@@ -109,6 +109,9 @@ class ScheduledJob(BaseModel):
     kind: str = Field(description="The job kind.")
     kind_version: int = Field(description="The kind's version the input was validated for.")
     input: dict[str, Any] = Field(description="The kind's input, as validated.")
+    notify: uuid.UUID | None = Field(
+        default=None, description="The webhook endpoint each created job notifies."
+    )
 
 
 class SchedulePublic(BaseModel):

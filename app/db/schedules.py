@@ -35,6 +35,8 @@ class ScheduleSpec:
     misfire_policy: MisfirePolicy
     misfire_grace_seconds: int
     catch_up_limit: int
+    notify: uuid.UUID | None = None
+    """A webhook endpoint of the owner that every created job notifies."""
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -58,6 +60,7 @@ async def insert(
             kind=spec.kind,
             kind_version=spec.kind_version,
             input=dict(spec.input),
+            notify_webhook_id=spec.notify,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,
             misfire_grace_seconds=spec.misfire_grace_seconds,

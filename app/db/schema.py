@@ -310,6 +310,7 @@ schedules = Table(
     Column("kind", Text, nullable=False),
     Column("kind_version", Integer, nullable=False),
     Column("input", JSONB, nullable=False),
+    Column("notify_webhook_id", UUID(as_uuid=True), ForeignKey("webhooks.id", ondelete="SET NULL")),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),
@@ -338,6 +339,7 @@ Index(
     postgresql_where=schedules.c.enabled,
 )
 Index("ix_schedules_owner_seq", schedules.c.owner, schedules.c.seq.desc())
+Index("ix_schedules_notify_webhook_id", schedules.c.notify_webhook_id)
 
 schedule_fires = Table(
     "schedule_fires",

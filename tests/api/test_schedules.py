@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
+from app.db.schema import job_webhooks
 from app.transitions import Transitions
 from tests.api.support import BUNDLE_INPUT, Keys
 from workers.scheduler import Scheduler
@@ -172,3 +174,39 @@ async def test_fires_list_the_ticks_and_their_jobs(
     after = (await client.get(schedule["url"], headers=keys.a)).json()
     assert after["fired_count"] == made
     assert after["last_job_url"] is not None
+
+
+async def test_a_schedules_jobs_notify_its_owners_endpoint(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    engine: AsyncEngine,
+    transitions: Transitions,
+    clock: Clock,
+) -> None:
+    hook = await client.post(
+        "/v1/webhooks", json={"url": "https://93.184.216.34/h"}, headers=keys.a
+    )
+    bobs = await client.post(
+        "/v1/webhooks", json={"url": "https://93.184.216.34/b"}, headers=keys.b
+    )
+    job = {"kind": "atlas.noop", "input": {}, "notify": bobs.json()["id"]}
+    refused = await client.post(
+        "/v1/schedules", json=body(cron="* * * * * *", job=job), headers=keys.a
+    )
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["loc"] == ["body", "job", "notify"]
+    job["notify"] = hook.json()["id"]
+    made = await client.post(
+        "/v1/schedules", json=body(cron="* * * * * *", job=job), headers=keys.a
+    )
+    assert made.status_code == 201
+    assert made.json()["job"]["notify"] == hook.json()["id"]
+    clock.advance(2.5)
+    assert await Scheduler(engine, transitions).run_once() >= 2
+    async with engine.connect() as conn:
+        attached = (await conn.execute(select(job_webhooks.c.webhook_id))).all()
+    assert {str(row.webhook_id) for row in attached} == {hook.json()["id"]}
+    assert (
+        len(attached)
+        == (await client.get(made.json()["url"], headers=keys.a)).json()["fired_count"]
+    )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.deps import CurrentPrincipal, StateDep, visible_owner
 from app.api.errors import ForbiddenError, InvalidRequestError, ScheduleNotFoundError
@@ -30,7 +31,7 @@ from app.api.schedule_schemas import (
 from app.api.schemas import JobCreateBase, Problem
 from app.api.views import job_path
 from app.apikeys import Principal, Role
-from app.db import schedules
+from app.db import schedules, webhooks
 from app.scheduling import Cron, InvalidScheduleError, MisfirePolicy, parse
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
@@ -61,7 +62,12 @@ def _public(row: Any) -> SchedulePublic:
         name=row.name,
         cron=row.cron,
         timezone=row.timezone,
-        job=ScheduledJob(kind=row.kind, kind_version=row.kind_version, input=row.input),
+        job=ScheduledJob(
+            kind=row.kind,
+            kind_version=row.kind_version,
+            input=row.input,
+            notify=row.notify_webhook_id,
+        ),
         enabled=row.enabled,
         misfire_policy=MisfirePolicy(row.misfire_policy),
         misfire_grace_seconds=row.misfire_grace_seconds,
@@ -87,13 +93,6 @@ def _cron(expression: str, timezone: str) -> Cron:
 
 
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
-    if body.notify is not None:
-        raise InvalidRequestError(
-            "A schedule's jobs cannot notify a webhook yet",
-            errors=[
-                {"loc": ["body", "job", "notify"], "msg": "not supported", "type": "unsupported"}
-            ],
-        )
     spec, normalized = validated_input(body, ("body", "job"))
     return spec.name, spec.version, normalized
 
@@ -106,6 +105,21 @@ def _instant(value: str) -> datetime:
             "before is not a valid instant",
             errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
         ) from None
+
+
+async def _check_notify(conn: AsyncConnection, owner: str, job: JobCreateBase) -> None:
+    """The schedule's jobs may notify only an endpoint of the schedule's owner."""
+    if job.notify is not None and not await webhooks.owned(conn, owner, [job.notify]):
+        raise InvalidRequestError(
+            "notify names no webhook endpoint of this owner",
+            errors=[
+                {
+                    "loc": ["body", "job", "notify"],
+                    "msg": "unknown webhook endpoint",
+                    "type": "unknown_webhook",
+                }
+            ],
+        )
 
 
 def _owner_for(principal: Principal, requested: str | None) -> str:
@@ -134,19 +148,22 @@ async def create_schedule(
     a tick never meets an input it cannot run."""
     cron = _cron(body.cron, body.timezone)
     kind, kind_version, job_input = _job(body.job)
+    owner = _owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
-        owner=_owner_for(principal, body.owner),
+        owner=owner,
         name=body.name,
         cron=cron,
         kind=kind,
         kind_version=kind_version,
         input=job_input,
+        notify=body.job.notify,
         enabled=body.enabled,
         misfire_policy=body.misfire_policy,
         misfire_grace_seconds=body.misfire_grace_seconds,
         catch_up_limit=body.catch_up_limit,
     )
     async with state.engine.begin() as conn:
+        await _check_notify(conn, owner, body.job)
         row = await schedules.insert(
             conn, spec, created_by=str(_actor(principal)), clock=state.clock
         )
@@ -228,8 +245,14 @@ async def change_schedule(
         changes["misfire_policy"] = body.misfire_policy.value
     if body.job is not None:
         changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
+        changes["notify_webhook_id"] = body.job.notify
     owner = visible_owner(principal)
     async with state.engine.begin() as conn:
+        if body.job is not None and body.job.notify is not None:
+            current = await schedules.get(conn, schedule_id, owner=owner)
+            if current is None:
+                raise ScheduleNotFoundError()
+            await _check_notify(conn, current.owner, body.job)
         if body.cron is not None or body.timezone is not None:
             current = await schedules.get(conn, schedule_id, owner=owner)
             if current is None:

@@ -295,8 +295,31 @@ class QueueLinePublic(BaseModel):
     expired_leases: int
 
 
+class QueueSchedulePublic(BaseModel):
+    """An enabled schedule in the queue view: when it fires next, and how late it is."""
+
+    id: uuid.UUID = Field(description="The schedule (GET /v1/schedules/{id}).")
+    owner: str = Field(description="Whose jobs it creates.")
+    name: str | None = Field(description="Its label.")
+    kind: str = Field(description="The kind of job it creates.")
+    cron: str = Field(description="Its cron expression.")
+    timezone: str = Field(description="The zone the expression is read in.")
+    next_fire_at: datetime = Field(description="The next tick.")
+    last_fire_at: datetime | None = Field(description="The last tick that created a job.")
+    overdue_seconds: float = Field(
+        description="How long the next tick is past due (0 while the scheduler keeps up)."
+    )
+
+
 class QueuePublic(BaseModel):
     lines: list[QueueLinePublic]
+    schedules: list[QueueSchedulePublic] = Field(
+        default_factory=list,
+        description="Enabled schedules, the soonest (or most overdue) tick first; at most 100.",
+    )
+    webhooks_pending: int = Field(
+        default=0, description="Webhook deliveries waiting for an attempt or being sent."
+    )
 
 
 class Problem(BaseModel):

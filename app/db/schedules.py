@@ -166,6 +166,20 @@ async def fires(
     return list(rows.all())
 
 
+async def upcoming(conn: AsyncConnection, clock: Clock, *, limit: int) -> list[Row[Any]]:
+    """Enabled schedules by next tick (the overdue first), with how overdue each is."""
+    overdue = func.greatest(
+        0.0, func.extract("epoch", clock.now() - schedules.c.next_fire_at)
+    ).label("overdue_seconds")
+    rows = await conn.execute(
+        select(schedules, overdue)
+        .where(schedules.c.enabled)
+        .order_by(schedules.c.next_fire_at)
+        .limit(limit)
+    )
+    return list(rows.all())
+
+
 async def count_due(conn: AsyncConnection, clock: Clock) -> int:
     """Enabled schedules whose next tick has passed (0 while the scheduler keeps up)."""
     due = await conn.execute(

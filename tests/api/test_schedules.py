@@ -210,3 +210,25 @@ async def test_a_schedules_jobs_notify_its_owners_endpoint(
         len(attached)
         == (await client.get(made.json()["url"], headers=keys.a)).json()["fired_count"]
     )
+
+
+async def test_the_queue_view_shows_schedules_with_their_next_tick_and_lateness(
+    client: httpx.AsyncClient, keys: Keys, clock: Clock
+) -> None:
+    made = (
+        await client.post(
+            "/v1/schedules", json=body(cron="* * * * * *", timezone="UTC"), headers=keys.a
+        )
+    ).json()
+    paused = (await client.post("/v1/schedules", json=body(enabled=False), headers=keys.b)).json()
+    clock.advance(30)  # no scheduler runs: the tick falls behind
+    view = await client.get("/v1/queue", headers=keys.op)
+    assert view.status_code == 200
+    shown = {s["id"]: s for s in view.json()["schedules"]}
+    assert paused["id"] not in shown
+    line = shown[made["id"]]
+    assert line["next_fire_at"] == made["next_fire_at"]
+    assert line["overdue_seconds"] > 25
+    assert line["kind"] == "atlas.bundle"
+    assert view.json()["webhooks_pending"] == 0
+    assert (await client.get("/v1/queue", headers=keys.a)).status_code == 403

@@ -48,6 +48,15 @@ class MisfirePolicy(StrEnum):
     """Fire every missed tick late, the ``catch_up_limit`` most recent of them."""
 
 
+class OverlapPolicy(StrEnum):
+    """What a tick does while the job of the schedule's previous tick is unfinished."""
+
+    ALLOW = "allow"
+    """Create the job anyway: runs may overlap."""
+    SKIP = "skip"
+    """Skip the tick (no job; logged): at most one unfinished job per schedule."""
+
+
 class InvalidScheduleError(ValueError):
     """A cron expression or time zone that cannot be scheduled; ``field`` names which."""
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import schedules, webhooks
 from app.kinds import KINDS
 from app.logs import get_logger
-from app.scheduling import Cron, DueTicks, MisfirePolicy, due_ticks
+from app.scheduling import Cron, DueTicks, MisfirePolicy, OverlapPolicy, due_ticks
 from app.transitions import SYSTEM_SCHEDULER, NewJob, Transitions
 
 log = get_logger("atlas.worker.scheduler")
@@ -132,6 +132,14 @@ class Scheduler:
                 "schedule.unevaluable", schedule_id=str(row.id), error_class=type(exc).__name__
             )
             return None
+        if row.overlap == OverlapPolicy.SKIP and row.last_job_unfinished and plan.fire:
+            log.info(
+                "schedule.overlap_skipped",
+                schedule_id=str(row.id),
+                last_job_id=str(row.last_job_id),
+                ticks=len(plan.fire),
+            )
+            return DueTicks((), plan.fire[0], plan.next_fire_at)
         if plan.skipped_from is not None:
             log.info(
                 "schedule.ticks_skipped",

@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("misfire_policy", sa.Text(), nullable=False),
         sa.Column("misfire_grace_seconds", sa.Integer(), nullable=False),
         sa.Column("catch_up_limit", sa.Integer(), nullable=False),
+        sa.Column("overlap", sa.Text(), server_default=sa.text("'allow'"), nullable=False),
         sa.Column("next_fire_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_fire_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_job_id", sa.UUID(), nullable=True),
@@ -57,6 +58,7 @@ def upgrade() -> None:
             "catch_up_limit BETWEEN 1 AND 1000", name=op.f("ck_schedules_catch_up_limit_bounded")
         ),
         sa.CheckConstraint("misfire_grace_seconds >= 1", name=op.f("ck_schedules_grace_positive")),
+        sa.CheckConstraint("overlap IN ('allow', 'skip')", name=op.f("ck_schedules_overlap_known")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_schedules")),
         sa.UniqueConstraint("seq", name=op.f("uq_schedules_seq")),
     )

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from app.api.schemas import JobCreate, StrictModel
-from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy
+from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
 
 CRON_DESCRIPTION = (
     "A cron expression: five fields (minute hour day-of-month month day-of-week), or six "
@@ -27,6 +27,10 @@ POLICY_DESCRIPTION = (
 )
 GRACE_DESCRIPTION = "How late a tick may still fire under `skip`, in seconds."
 LIMIT_DESCRIPTION = "At most this many missed ticks fire under `catch_up`."
+OVERLAP_DESCRIPTION = (
+    "While the job of the previous tick is unfinished: `allow` creates the next one anyway; "
+    "`skip` skips the tick (at most one unfinished job per schedule)."
+)
 NAME_DESCRIPTION = "A label for people; not unique."
 
 
@@ -55,6 +59,7 @@ class ScheduleCreate(StrictModel):
     catch_up_limit: StrictInt = Field(
         default=10, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
     )
+    overlap: OverlapPolicy = Field(default=OverlapPolicy.ALLOW, description=OVERLAP_DESCRIPTION)
     owner: str | None = Field(
         default=None,
         min_length=1,
@@ -92,6 +97,9 @@ class ScheduleChange(StrictModel):
     catch_up_limit: StrictInt | SkipJsonSchema[None] = Field(
         default=None, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
     )
+    overlap: OverlapPolicy | SkipJsonSchema[None] = Field(
+        default=None, description=OVERLAP_DESCRIPTION
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -128,6 +136,7 @@ class SchedulePublic(BaseModel):
     misfire_policy: MisfirePolicy = Field(description=POLICY_DESCRIPTION)
     misfire_grace_seconds: int = Field(description=GRACE_DESCRIPTION)
     catch_up_limit: int = Field(description=LIMIT_DESCRIPTION)
+    overlap: OverlapPolicy = Field(description=OVERLAP_DESCRIPTION)
     next_fire_at: datetime | None = Field(
         description="The next tick (null while disabled); a tick past due fires at once."
     )

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL, Clock
 from app.db.schema import schedule_fires, schedules
-from app.scheduling import Cron, MisfirePolicy
+from app.scheduling import Cron, MisfirePolicy, OverlapPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,7 @@ class ScheduleSpec:
     catch_up_limit: int
     notify: uuid.UUID | None = None
     """A webhook endpoint of the owner that every created job notifies."""
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -61,6 +62,7 @@ async def insert(
             kind_version=spec.kind_version,
             input=dict(spec.input),
             notify_webhook_id=spec.notify,
+            overlap=spec.overlap.value,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,
             misfire_grace_seconds=spec.misfire_grace_seconds,
@@ -193,14 +195,17 @@ async def count_due(conn: AsyncConnection, clock: Clock) -> int:
 # -- the scheduler's statements -------------------------------------------------------
 
 # lock_due: the enabled schedules whose next tick has passed, oldest tick first, locked
-# so that exactly one scheduler evaluates each (others skip it and take the next).
+# so that exactly one scheduler evaluates each (others skip it and take the next); with
+# whether the job of the last tick is still unfinished (for ``overlap = 'skip'``).
 LOCK_DUE = text(f"""
-SELECT s.*, {NOW_SQL} AS db_now
+SELECT s.*, {NOW_SQL} AS db_now,
+       (last.finished_at IS NULL AND last.id IS NOT NULL) AS last_job_unfinished
   FROM schedules AS s
+  LEFT JOIN jobs AS last ON last.id = s.last_job_id
  WHERE s.enabled AND s.next_fire_at <= {NOW_SQL}
  ORDER BY s.next_fire_at
  LIMIT :limit
-   FOR UPDATE SKIP LOCKED
+   FOR UPDATE OF s SKIP LOCKED
 """)
 
 # record_fires: one row per tick; a tick already recorded is not returned, so its job

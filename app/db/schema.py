@@ -36,7 +36,7 @@ from app.lifecycle import (
     DeliveryState,
     JobState,
 )
-from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy
+from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
 from app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
 NAMING_CONVENTION = {
@@ -315,6 +315,7 @@ schedules = Table(
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),
     Column("catch_up_limit", Integer, nullable=False),
+    Column("overlap", Text, nullable=False, server_default=text("'allow'")),
     Column("next_fire_at", TZ, nullable=False),
     Column("last_fire_at", TZ),
     Column("last_job_id", UUID(as_uuid=True)),
@@ -328,6 +329,9 @@ schedules = Table(
         f"misfire_policy IN ({sql_list(p.value for p in MisfirePolicy)})", name="policy_known"
     ),
     CheckConstraint("misfire_grace_seconds >= 1", name="grace_positive"),
+    CheckConstraint(
+        f"overlap IN ({sql_list(p.value for p in OverlapPolicy)})", name="overlap_known"
+    ),
     CheckConstraint(
         f"catch_up_limit BETWEEN 1 AND {MAX_CATCH_UP_LIMIT}", name="catch_up_limit_bounded"
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from itertools import pairwise
 from typing import Any
@@ -18,8 +19,8 @@ from app.db import schedules
 from app.db.engine import create_engine
 from app.db.schema import job_history, jobs, schedule_fires
 from app.db.schema import schedules as schedules_table
-from app.scheduling import MisfirePolicy, parse
-from app.transitions import Transitions
+from app.scheduling import MisfirePolicy, OverlapPolicy, parse
+from app.transitions import Actor, Transitions
 from workers.scheduler import Scheduler
 
 NOOP_INPUT: dict[str, Any] = {}
@@ -235,3 +236,28 @@ async def test_old_fire_rows_are_pruned_in_bounded_batches(
         second = await schedules.prune_fires(conn, clock, keep_seconds=10, limit=20)
         left = (await conn.execute(text("SELECT count(*) FROM schedule_fires"))).scalar()
     assert (first, second, left) == (20, 10, 0)
+
+
+async def test_overlap_skip_fires_no_tick_while_the_last_job_is_unfinished(
+    engine: AsyncEngine, clock: Clock, transitions: Transitions
+) -> None:
+    made = replace(spec(), overlap=OverlapPolicy.SKIP)
+    schedule = await add(engine, clock, made)
+    scheduler = Scheduler(engine, transitions)
+    clock.advance(1.2)
+    first = await scheduler.run_once()
+    assert first >= 1  # nothing was running: the due ticks fire (allowed to overlap each other)
+    clock.advance(3)
+    assert await scheduler.run_once() == 0  # the last job is still queued: skipped
+    async with engine.connect() as conn:
+        row = await schedules.get(conn, schedule.id, owner=None)
+    assert row is not None
+    async with engine.begin() as conn:
+        outcome = await transitions.request_cancel(
+            conn, row.last_job_id, actor=Actor("client", "alice")
+        )
+    assert outcome.ok
+    clock.advance(1.5)
+    assert await scheduler.run_once() >= 1  # finished: ticks fire again
+    ticks = [r.fire_at for r in await fired(engine, schedule.id)]
+    assert len(ticks) == len(set(ticks))

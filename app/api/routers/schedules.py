@@ -32,7 +32,7 @@ from app.api.schemas import JobCreateBase, Problem
 from app.api.views import job_path
 from app.apikeys import Principal, Role
 from app.db import schedules, webhooks
-from app.scheduling import Cron, InvalidScheduleError, MisfirePolicy, parse
+from app.scheduling import Cron, InvalidScheduleError, MisfirePolicy, OverlapPolicy, parse
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
@@ -72,6 +72,7 @@ def _public(row: Any) -> SchedulePublic:
         misfire_policy=MisfirePolicy(row.misfire_policy),
         misfire_grace_seconds=row.misfire_grace_seconds,
         catch_up_limit=row.catch_up_limit,
+        overlap=OverlapPolicy(row.overlap),
         next_fire_at=row.next_fire_at if row.enabled else None,
         last_fire_at=row.last_fire_at,
         last_job_id=row.last_job_id,
@@ -161,6 +162,7 @@ async def create_schedule(
         misfire_policy=body.misfire_policy,
         misfire_grace_seconds=body.misfire_grace_seconds,
         catch_up_limit=body.catch_up_limit,
+        overlap=body.overlap,
     )
     async with state.engine.begin() as conn:
         await _check_notify(conn, owner, body.job)
@@ -243,6 +245,8 @@ async def change_schedule(
     }
     if body.misfire_policy is not None:
         changes["misfire_policy"] = body.misfire_policy.value
+    if body.overlap is not None:
+        changes["overlap"] = body.overlap.value
     if body.job is not None:
         changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
         changes["notify_webhook_id"] = body.job.notify

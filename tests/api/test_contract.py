@@ -32,6 +32,8 @@ SPEC = REPO / "openapi" / "openapi.json"
 # * schedules-create and schedules-change: a schema-valid ``cron`` or ``timezone`` string
 #   may still be no cron expression or IANA zone (JSON Schema cannot say which strings
 #   are), and the job's input follows its kind; the API answers 422 naming the field.
+# * webhooks-create: a schema-valid URL may still be refused (it does not resolve, or it
+#   names an internal address: SSRF rules), 422 naming body.url.
 # * schedules-fires: ``before`` matches the RFC 3339 pattern but may be no calendar date
 #   (``2026-02-30``): 422.
 # * events-stream: a live job's stream stays open by design; read one event and stop.
@@ -68,6 +70,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]
 include-operation-id = "schedules-change"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "webhooks-create"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]

@@ -41,6 +41,26 @@ class Settings(BaseSettings):
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
+    webhook_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often each worker process sends due webhooks."
+    )
+    webhook_max_attempts: int = Field(default=8, ge=1, le=100)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_backoff_base_seconds: float = Field(default=2.0, gt=0)
+    webhook_backoff_cap_seconds: float = Field(default=600.0, gt=0)
+    webhook_allowed_hosts: str = Field(
+        default="",
+        description="Comma-separated hosts (or *.domain) webhooks may call; empty: any "
+        "public host.",
+    )
+    webhook_internal_hosts: str = Field(
+        default="",
+        description="Comma-separated hosts allowed although they are loopback, private or "
+        "link-local (e.g. a receiver on 127.0.0.1 in development).",
+    )
+    scheduler_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
+    )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     startup_wait_seconds: float = Field(
@@ -201,6 +221,15 @@ class Settings(BaseSettings):
         if parts.query or parts.fragment or parts.username or parts.password:
             raise ValueError("ATLAS_PUBLIC_URL must not carry credentials, a query or a fragment")
         return value.rstrip("/")
+
+    @property
+    def webhook_hosts(self) -> tuple[list[str], list[str]]:
+        """(allowed hosts, internal hosts allowed) from their comma-separated settings."""
+
+        def split(value: str) -> list[str]:
+            return [part.strip() for part in value.split(",") if part.strip()]
+
+        return split(self.webhook_allowed_hosts), split(self.webhook_internal_hosts)
 
     @property
     def results_dir(self) -> Path:

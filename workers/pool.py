@@ -5,8 +5,9 @@ short statement (:meth:`app.transitions.Transitions.claim`), start a task per jo
 when the queue has nothing for us, sleep until ``atlas_work`` is notified or the poll
 interval passes. No work ever happens inside the claim transaction.
 
-Beside it run one heartbeat loop for every held attempt, a reaper and a sweeper (every
-process runs them; ``SKIP LOCKED`` makes that safe) and the LISTEN connection.
+Beside it run one heartbeat loop for every held attempt, a reaper, a sweeper and a
+scheduler (every process runs them; ``SKIP LOCKED`` and the tick rows make that safe)
+and the LISTEN connection.
 
 SIGTERM/SIGINT: stop claiming; every running job stops at its next safe point and is
 released (back to ``queued``, attempt not charged) -- a job already publishing finishes.
@@ -49,7 +50,9 @@ from workers.listener import WorkListener
 from workers.pruner import Pruner
 from workers.reaper import Reaper
 from workers.runner import JobRunner
+from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
+from workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
 
@@ -73,6 +76,7 @@ class WorkerPool:
         claim_batch: int | None = None,
         handlers: dict[str, Handler] | None = None,
         clock: Clock | None = None,
+        render_status: RenderStatus | None = None,
     ) -> None:
         self.settings = settings
         self.database_url = database_url
@@ -127,6 +131,12 @@ class WorkerPool:
             batch_size=settings.prune_batch_size,
         )
         self.sweeper = Sweeper(self.engine, self.transitions, self.store, pruner=self.pruner)
+        self.scheduler = Scheduler(self.engine, self.transitions)
+        self.webhooks = (
+            WebhookSender(self.engine, self.transitions.clock, settings, render_status)
+            if render_status is not None
+            else None
+        )
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -184,7 +194,18 @@ class WorkerPool:
             asyncio.create_task(
                 self._every(POOL_SAMPLE_SECONDS, self.sample_pool), name="pool-gauges"
             ),
+            asyncio.create_task(
+                self._every(self.settings.scheduler_interval_seconds, self.scheduler.run_once),
+                name="scheduler",
+            ),
         ]
+        if self.webhooks is not None:
+            background.append(
+                asyncio.create_task(
+                    self._every(self.settings.webhook_interval_seconds, self.webhooks.run_once),
+                    name="webhooks",
+                )
+            )
         try:
             await self._claim_loop(stop)
             await self._drain()
@@ -282,7 +303,13 @@ async def _first(*waits: Awaitable[object]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) -> None:
+async def serve(
+    settings: Settings,
+    *,
+    concurrency: int,
+    worker_id: str | None,
+    render_status: RenderStatus | None = None,
+) -> None:
     """Run a pool until SIGTERM/SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -293,6 +320,7 @@ async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) 
         database_url=resolve_database_url(settings),
         concurrency=concurrency,
         worker_id=worker_id,
+        render_status=render_status,
     )
     try:
         await pool.run(stop)
@@ -302,6 +330,15 @@ async def serve(settings: Settings, *, concurrency: int, worker_id: str | None) 
                 loop.remove_signal_handler(signum)
 
 
-def run_worker(settings: Settings, *, concurrency: int, worker_id: str | None) -> None:
-    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``."""
-    asyncio.run(serve(settings, concurrency=concurrency, worker_id=worker_id))
+def run_worker(
+    settings: Settings,
+    *,
+    concurrency: int,
+    worker_id: str | None,
+    render_status: RenderStatus | None = None,
+) -> None:
+    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``;
+    ``render_status`` (the API's status representation) turns the webhook sender on."""
+    asyncio.run(
+        serve(settings, concurrency=concurrency, worker_id=worker_id, render_status=render_status)
+    )

@@ -79,6 +79,18 @@ class JobNotFoundError(ApiError):
     status, slug, title = 404, "job-not-found", "No such job"
 
 
+class ScheduleNotFoundError(ApiError):
+    """Unknown schedule *or another owner's*: indistinguishable, like jobs."""
+
+    status, slug, title = 404, "schedule-not-found", "No such schedule"
+
+
+class WebhookNotFoundError(ApiError):
+    """Unknown webhook endpoint *or another owner's*: indistinguishable."""
+
+    status, slug, title = 404, "webhook-not-found", "No such webhook endpoint"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 

@@ -44,7 +44,7 @@ from app.api.errors import (
 )
 from app.api.schemas import JobCreateBase
 from app.apikeys import Principal
-from app.db import queries, reads
+from app.db import queries, reads, webhooks
 from app.kinds import KINDS, KindSpec
 from app.settings import Settings
 from app.transitions import Actor, NewJob, Transitions
@@ -97,10 +97,16 @@ def validated_input(
     return spec, model.model_dump(mode="json")
 
 
-def fingerprint(kind: str, normalized_input: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of what the job would do (kind + normalized input)."""
+def fingerprint(
+    kind: str, normalized_input: dict[str, Any], notify: uuid.UUID | None = None
+) -> str:
+    """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
+    and whom it notifies when it does)."""
+    document: dict[str, Any] = {"kind": kind, "input": normalized_input}
+    if notify is not None:
+        document["notify"] = str(notify)
     canonical = json.dumps(
-        {"kind": kind, "input": normalized_input},
+        document,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -163,7 +169,11 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         request_id=request_id,
         idempotency_key=request.idempotency_key,
     )
-    digest = None if request.idempotency_key is None else fingerprint(spec.name, normalized)
+    digest = (
+        None
+        if request.idempotency_key is None
+        else fingerprint(spec.name, normalized, request.body.notify)
+    )
     return _Prepared(request, new, digest)
 
 
@@ -181,6 +191,26 @@ def _reject_repeated_keys(prepared: Sequence[_Prepared]) -> None:
                 ],
             )
         seen.add(key)
+
+
+async def _check_notify_targets(
+    conn: AsyncConnection, owner: str, fresh: Sequence[tuple[int, _Prepared]]
+) -> None:
+    """Every ``notify`` names one of the owner's endpoints (another owner's is unknown)."""
+    wanted = [item.request.body.notify for _, item in fresh if item.request.body.notify]
+    known = await webhooks.owned(conn, owner, [w for w in wanted if w is not None])
+    for _, item in fresh:
+        if item.request.body.notify is not None and item.request.body.notify not in known:
+            raise InvalidRequestError(
+                "notify names no webhook endpoint of this owner",
+                errors=[
+                    {
+                        "loc": [str(part) for part in (*item.request.loc, "notify")],
+                        "msg": "unknown webhook endpoint",
+                        "type": "unknown_webhook",
+                    }
+                ],
+            )
 
 
 async def create_jobs(
@@ -224,6 +254,7 @@ async def create_jobs(
             raise JobNotFoundError()
         found[index] = Created(known.job, True)
     if fresh:
+        await _check_notify_targets(conn, owner, fresh)
         await check_admission(
             conn, owner=owner, settings=settings, clock=transitions.clock, adding=len(fresh)
         )
@@ -237,4 +268,12 @@ async def create_jobs(
                 remembered.append((item.request.idempotency_key, item.fingerprint, applied.job.id))
         if remembered:
             await queries.remember_idempotency_keys(conn, owner, remembered)
+        await webhooks.attach(
+            conn,
+            [
+                (applied.job.id, item.request.body.notify)
+                for (_, item), applied in zip(fresh, created, strict=True)
+                if item.request.body.notify is not None
+            ],
+        )
     return [found[index] for index in range(len(prepared))]

@@ -25,7 +25,17 @@ from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
 from app.api.queue_sampler import run_sampler
-from app.api.routers import events, health, jobs, operations, results, reviews, signals
+from app.api.routers import (
+    events,
+    health,
+    jobs,
+    operations,
+    results,
+    reviews,
+    schedules,
+    signals,
+    webhooks,
+)
 from app.api.state import ApiState
 from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
@@ -53,6 +63,8 @@ TAGS = [
         "description": "External events for jobs waiting for one (deduplicated by event id).",
     },
     {"name": "operations", "description": "Operator decisions and the queue view."},
+    {"name": "schedules", "description": "Cron triggers: one job per tick, exactly once."},
+    {"name": "webhooks", "description": "Completion callbacks: endpoints and deliveries."},
     {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
 ]
 
@@ -123,6 +135,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         reviews.router,
         signals.router,
         operations.router,
+        schedules.router,
+        webhooks.router,
         health.router,
     ):
         app.include_router(router)

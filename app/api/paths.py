@@ -11,8 +11,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 _UUID_SEGMENT = re.compile(
-    r"/[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}(?=/|$)"
+    r"/([a-z]+)/[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+    r"(?=/|$)"
 )
+_ID_PARAMETERS = {"jobs": "job_id", "schedules": "schedule_id", "webhooks": "webhook_id"}
+"""The path parameter an id takes after its collection (``/v1/schedules/{schedule_id}``)."""
 _ANY_JOB_SEGMENT = re.compile(r"^(/v1/jobs/)[^/]+(/[a-z]+)?$")
 _DOWNLOADS = "/v1/downloads/"
 _HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
@@ -22,7 +25,9 @@ def route_template(path: str, known: Callable[[], frozenset[str]]) -> str:
     """The template (``/v1/jobs/{job_id}``) of a path, or ``unmatched``."""
     if path.startswith(_DOWNLOADS):
         return _DOWNLOADS + "{token}"
-    template = _UUID_SEGMENT.sub("/{job_id}", path)
+    template = _UUID_SEGMENT.sub(
+        lambda m: f"/{m.group(1)}/{{{_ID_PARAMETERS.get(m.group(1), 'id')}}}", path
+    )
     if template in known():
         return template
     # A malformed id (``/v1/jobs/not-a-uuid``) still belongs to the job routes.

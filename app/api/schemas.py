@@ -33,6 +33,14 @@ class JobCreateBase(StrictModel):
 
     kind: str
     input: BaseModel
+    notify: uuid.UUID | None = Field(
+        default=None,
+        description=(
+            "The id of one of the owner's webhook endpoints (POST /v1/webhooks) to call "
+            "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
+            "result expires."
+        ),
+    )
 
 
 def _create_model_name(kind: str) -> str:
@@ -309,6 +317,13 @@ class JobPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
+class ScheduleTrigger(BaseModel):
+    """The schedule tick that created a job."""
+
+    schedule_id: uuid.UUID = Field(description="The schedule that fired.")
+    tick: datetime = Field(description="The tick (UTC) the job was created for.")
+
+
 class HistoryItem(BaseModel):
     """One recorded transition. `from` is null for the creation."""
 
@@ -351,6 +366,11 @@ class HistoryItem(BaseModel):
         description="What the move recorded besides its columns: an error, a deadline, "
         "an external operation's entry (operation_id, outcome, http_status, "
         "error_class; never a payload or a secret).",
+    )
+
+    trigger: ScheduleTrigger | None = Field(
+        default=None,
+        description="On the creation of a job made by a schedule: which schedule and tick.",
     )
 
 
@@ -412,10 +432,33 @@ class QueueLinePublic(BaseModel):
     expired_leases: int = Field(description="Held with a lease past its end (to be rescued).")
 
 
+class QueueSchedulePublic(BaseModel):
+    """An enabled schedule in the queue view: when it fires next, and how late it is."""
+
+    id: uuid.UUID = Field(description="The schedule (GET /v1/schedules/{id}).")
+    owner: str = Field(description="Whose jobs it creates.")
+    name: str | None = Field(description="Its label.")
+    kind: str = Field(description="The kind of job it creates.")
+    cron: str = Field(description="Its cron expression.")
+    timezone: str = Field(description="The zone the expression is read in.")
+    next_fire_at: datetime = Field(description="The next tick.")
+    last_fire_at: datetime | None = Field(description="The last tick that created a job.")
+    overdue_seconds: float = Field(
+        description="How long the next tick is past due (0 while the scheduler keeps up)."
+    )
+
+
 class QueuePublic(BaseModel):
     """The queue view (operators)."""
 
     lines: list[QueueLinePublic] = Field(description="One line per kind, version and state.")
+    schedules: list[QueueSchedulePublic] = Field(
+        default_factory=list,
+        description="Enabled schedules, the soonest (or most overdue) tick first; at most 100.",
+    )
+    webhooks_pending: int = Field(
+        default=0, description="Webhook deliveries waiting for an attempt or being sent."
+    )
 
 
 class Problem(BaseModel):

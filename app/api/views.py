@@ -61,6 +61,12 @@ def effective_delivery(job: Any) -> DeliveryState:
     return delivery
 
 
+def status_document(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
+    """The status body as JSON data, exactly as ``GET /v1/jobs/{id}`` sends it (the
+    webhook sender's body)."""
+    return job_status(job, stages).model_dump(mode="json", by_alias=True)
+
+
 def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
     """The status body of SPEC section 3 for one job row and its stage rows."""
     state = JobState(job.state)
@@ -128,8 +134,15 @@ def history_item(row: Any) -> HistoryItem:
             "error": _error((row.data or {}).get("error")),
             "count": int((row.data or {}).get("count", 1)),
             "data": row.data,
+            "trigger": _trigger(row.data),
         }
     )
+
+
+def _trigger(data: Any) -> dict[str, Any] | None:
+    if not data or "schedule_id" not in data:
+        return None
+    return {"schedule_id": data["schedule_id"], "tick": data["tick"]}
 
 
 def etag(version: int) -> str:

@@ -16,6 +16,8 @@ import typer
 
 from app.cli.client import client_app, register_client_verbs
 from app.cli.keys import keys_app
+from app.cli.schedules import schedules_app
+from app.cli.webhooks import webhooks_app
 from app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
 
 app = typer.Typer(
@@ -27,6 +29,8 @@ app = typer.Typer(
 db_app = typer.Typer(help="The database in use (embedded unless DATABASE_URL is set).")
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(schedules_app, name="schedules")
+app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)
 
@@ -122,6 +126,7 @@ def worker(
     ),
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    from app.api.views import status_document
     from app.cli.preflight import require_current_schema, require_free_port
     from app.logs import configure_logging
     from workers.pool import run_worker
@@ -136,7 +141,9 @@ def worker(
 
         require_free_port(metrics_host, metrics_port, what="the worker's metrics")
         serve_worker_metrics(metrics_host, metrics_port)
-    run_worker(settings, concurrency=concurrency, worker_id=worker_id)
+    run_worker(
+        settings, concurrency=concurrency, worker_id=worker_id, render_status=status_document
+    )
 
 
 @app.command()
@@ -250,6 +257,8 @@ def dev_destination(
     data.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"test destination on http://{host}:{port} (record: {data})")
     asyncio.run(serve_destination(host, port, data))
+
+
 def _say(settings: Settings, event: str, line: str, **fields: object) -> None:
     """A line for the person at the terminal, or one JSON log line in production
     (``ATLAS_LOG_FORMAT=json``: every line a process writes is then JSON)."""

@@ -138,6 +138,13 @@ class JobsClient:
             raise NotAllowedError(f"HTTP 403 {problem.get('title')}: {problem.get('detail')}")
         raise RefusedError(response.status_code, problem, retry_after(response))
 
+    def call(
+        self, method: str, path: str, *, ok: frozenset[int] = frozenset({200}), **kwargs: Any
+    ) -> httpx.Response:
+        """Any other route (schedules, webhooks): the answer when its status is in ``ok``,
+        else the typed error (unreachable, key rejected, not allowed, refused)."""
+        return self._check(self._send(method, path, **kwargs), ok)
+
     # -- creation -------------------------------------------------------------------
 
     def post_idempotent(

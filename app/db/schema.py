@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -36,6 +37,8 @@ from app.lifecycle import (
     DeliveryState,
     JobState,
 )
+from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
+from app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -376,3 +379,143 @@ job_signals = Table(
     Column("outcome", JSONB, nullable=False),
     PrimaryKeyConstraint("job_id", "event_id"),
 )
+# -- schedules (cron triggers) -------------------------------------------------------
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("name", Text),
+    Column("cron", Text, nullable=False),
+    Column("timezone", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("kind_version", Integer, nullable=False),
+    Column("input", JSONB, nullable=False),
+    Column("notify_webhook_id", UUID(as_uuid=True), ForeignKey("webhooks.id", ondelete="SET NULL")),
+    Column("enabled", Boolean, nullable=False),
+    Column("misfire_policy", Text, nullable=False),
+    Column("misfire_grace_seconds", Integer, nullable=False),
+    Column("catch_up_limit", Integer, nullable=False),
+    Column("overlap", Text, nullable=False, server_default=text("'allow'")),
+    Column("next_fire_at", TZ, nullable=False),
+    Column("last_fire_at", TZ),
+    Column("last_job_id", UUID(as_uuid=True)),
+    Column("fired_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(
+        f"misfire_policy IN ({sql_list(p.value for p in MisfirePolicy)})", name="policy_known"
+    ),
+    CheckConstraint("misfire_grace_seconds >= 1", name="grace_positive"),
+    CheckConstraint(
+        f"overlap IN ({sql_list(p.value for p in OverlapPolicy)})", name="overlap_known"
+    ),
+    CheckConstraint(
+        f"catch_up_limit BETWEEN 1 AND {MAX_CATCH_UP_LIMIT}", name="catch_up_limit_bounded"
+    ),
+)
+# The scheduler's one query: due, enabled schedules in tick order.
+Index(
+    "ix_schedules_next_fire_at",
+    schedules.c.next_fire_at,
+    postgresql_where=schedules.c.enabled,
+)
+Index("ix_schedules_owner_seq", schedules.c.owner, schedules.c.seq.desc())
+Index("ix_schedules_notify_webhook_id", schedules.c.notify_webhook_id)
+
+schedule_fires = Table(
+    "schedule_fires",
+    metadata,
+    Column(
+        "schedule_id",
+        UUID(as_uuid=True),
+        ForeignKey("schedules.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("fire_at", TZ, nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="SET NULL")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    # One row per tick: the arbiter that makes any number of schedulers create exactly
+    # one job per tick (INSERT ... ON CONFLICT DO NOTHING in the job's transaction).
+    PrimaryKeyConstraint("schedule_id", "fire_at"),
+)
+Index("ix_schedule_fires_job_id", schedule_fires.c.job_id)
+Index("ix_schedule_fires_fire_at", schedule_fires.c.fire_at)
+
+# -- webhooks (completion callbacks) ---------------------------------------------------
+
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    # The signing secret must be usable to sign (HMAC), so it is stored as is -- unlike
+    # API keys, which are only ever compared and are stored hashed.
+    Column("secret", Text, nullable=False),
+    Column("description", Text),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+)
+Index("ix_webhooks_owner_seq", webhooks.c.owner, webhooks.c.seq.desc())
+
+job_webhooks = Table(
+    "job_webhooks",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "webhook_id",
+        UUID(as_uuid=True),
+        ForeignKey("webhooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    PrimaryKeyConstraint("job_id", "webhook_id"),
+)
+Index("ix_job_webhooks_webhook_id", job_webhooks.c.webhook_id)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    # The delivery's id is its ``webhook-id``: the same on every retry of it.
+    Column("id", UUID(as_uuid=True), server_default=text("gen_random_uuid()"), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "webhook_id",
+        UUID(as_uuid=True),
+        ForeignKey("webhooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("lease_expires_at", TZ),
+    Column("last_status_code", Integer),
+    Column("last_error", Text),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("delivered_at", TZ),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(
+        f"state IN ({sql_list(s.value for s in DeliveryAttemptState)})", name="state_known"
+    ),
+    CheckConstraint(f"event IN ({sql_list(WEBHOOK_EVENTS)})", name="event_known"),
+)
+# The sender's one query: what is due (pending, or sending with an expired lease).
+Index(
+    "ix_webhook_deliveries_due",
+    webhook_deliveries.c.next_attempt_at,
+    postgresql_where=text("state IN ('pending', 'sending')"),
+)
+Index("ix_webhook_deliveries_job_id", webhook_deliveries.c.job_id, webhook_deliveries.c.seq)
+Index("ix_webhook_deliveries_webhook_id", webhook_deliveries.c.webhook_id)

@@ -23,7 +23,13 @@ Callers own the transaction: pass an ``AsyncConnection`` inside ``engine.begin()
 from __future__ import annotations
 
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
-from app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, NewJob, error_doc
+from app.transitions.base import (
+    SYSTEM_REAPER,
+    SYSTEM_SCHEDULER,
+    SYSTEM_SWEEPER,
+    NewJob,
+    error_doc,
+)
 from app.transitions.operations import OperationEntry, OperationMoves
 from app.transitions.waits import SignalOutcome, WaitMoves
 from app.transitions.worker import WorkerMoves
@@ -35,6 +41,7 @@ class Transitions(WaitMoves, WorkerMoves, OperationMoves):
 
 __all__ = [
     "SYSTEM_REAPER",
+    "SYSTEM_SCHEDULER",
     "SYSTEM_SWEEPER",
     "Actor",
     "Applied",

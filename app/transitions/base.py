@@ -13,6 +13,7 @@ from app.db.moves import Actor, Executor
 
 SYSTEM_REAPER = Actor("system", "reaper")
 SYSTEM_SWEEPER = Actor("system", "sweeper")
+SYSTEM_SCHEDULER = Actor("system", "scheduler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class NewJob:
     request_id: str | None = None
     idempotency_key: str | None = None
     replay_of: uuid.UUID | None = None
+    trigger: Mapping[str, Any] | None = None
+    """What started the job besides a request (a schedule and its tick), recorded in
+    the creation's history ``data``."""
 
 
 def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict[str, Any]:

@@ -258,4 +258,6 @@ def _creation_data(new: NewJob) -> str | None:
         data["idempotency_key"] = new.idempotency_key
     if new.replay_of is not None:
         data["replay_of"] = str(new.replay_of)
+    if new.trigger is not None:
+        data.update(new.trigger)
     return json.dumps(data) if data else None

@@ -35,6 +35,13 @@ SPEC = REPO / "openapi" / "openapi.json"
 #   operations exist (it did once jobs-batch was added), so 422 counts as expected.
 # * jobs-cancel and signals-create: the same for the cancel's ``note`` and a signal's
 #   ``event_id`` and ``data`` (a NUL character; data over 4096 bytes serialized).
+# * schedules-create and schedules-change: a schema-valid ``cron`` or ``timezone`` string
+#   may still be no cron expression or IANA zone (JSON Schema cannot say which strings
+#   are), and the job's input follows its kind; the API answers 422 naming the field.
+# * webhooks-create: a schema-valid URL may still be refused (it does not resolve, or it
+#   names an internal address: SSRF rules), 422 naming body.url.
+# * schedules-fires: ``before`` matches the RFC 3339 pattern but may be no calendar date
+#   (``2026-02-30``): 422.
 # * events-stream: a live job's stream stays open by design; read one event and stop.
 #   The document describes the stream as `text/event-stream` with an untyped schema
 #   (outside the JSON models: generated clients do not parse it as JSON).
@@ -78,6 +85,22 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 
 [[operations]]
 include-operation-id = "signals-create"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 422]
+
+[[operations]]
+include-operation-id = "schedules-create"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "schedules-change"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "webhooks-create"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "schedules-fires"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]
 include-operation-id = "events-stream"

@@ -90,6 +90,17 @@ def test_openapi_has_stable_operation_ids_tags_and_problem_answers() -> None:
         "health-livez",
         "health-readyz",
         "health-metrics",
+        "schedules-create",
+        "schedules-list",
+        "schedules-read",
+        "schedules-change",
+        "schedules-delete",
+        "schedules-fires",
+        "webhooks-create",
+        "webhooks-list",
+        "webhooks-read",
+        "webhooks-delete",
+        "webhooks-notifications",
     } == set(operations)
     for operation_id, operation in operations.items():
         assert len(operation["tags"]) == 1, operation_id

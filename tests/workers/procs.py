@@ -31,6 +31,7 @@ class WorkerSettings:
     bundle_time_scale: float = 0.02
     shutdown_grace_seconds: float = 5.0
     result_ttl_seconds: float = 3600.0
+    scheduler_interval_seconds: float = 0.25
 
     def env(self) -> dict[str, str]:
         return {
@@ -41,6 +42,7 @@ class WorkerSettings:
             "ATLAS_BUNDLE_TIME_SCALE": str(self.bundle_time_scale),
             "ATLAS_SHUTDOWN_GRACE_SECONDS": str(self.shutdown_grace_seconds),
             "ATLAS_RESULT_TTL_SECONDS": str(self.result_ttl_seconds),
+            "ATLAS_SCHEDULER_INTERVAL_SECONDS": str(self.scheduler_interval_seconds),
         }
 
 

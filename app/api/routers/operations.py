@@ -14,9 +14,15 @@ from fastapi import APIRouter, Response, status
 from app.api.deps import OperatorPrincipal, StateDep, bind_job
 from app.api.reading import answer, settle
 from app.api.responses import headers, problems
-from app.api.schemas import JobPublic, OperatorNote, QueueLinePublic, QueuePublic
+from app.api.schemas import (
+    JobPublic,
+    OperatorNote,
+    QueueLinePublic,
+    QueuePublic,
+    QueueSchedulePublic,
+)
 from app.api.views import job_path
-from app.db import reads
+from app.db import reads, schedules, webhooks
 from app.lifecycle import JobState
 from app.transitions import Actor
 
@@ -116,13 +122,30 @@ async def replay(
     "/queue",
     name="queue",
     response_model=QueuePublic,
-    summary="Per kind and state: count, oldest age, leases",
+    summary="Per kind and state: count, oldest age, leases; schedules; pending webhooks",
     responses=problems(403),
 )
 async def queue(state: StateDep, principal: OperatorPrincipal) -> Any:
     async with state.engine.connect() as conn:
         lines = await reads.queue_view(conn, state.clock.now())
+        upcoming = await schedules.upcoming(conn, state.clock, limit=100)
+        pending = await webhooks.count_pending(conn)
     return QueuePublic(
+        schedules=[
+            QueueSchedulePublic(
+                id=s.id,
+                owner=s.owner,
+                name=s.name,
+                kind=s.kind,
+                cron=s.cron,
+                timezone=s.timezone,
+                next_fire_at=s.next_fire_at,
+                last_fire_at=s.last_fire_at,
+                overdue_seconds=float(s.overdue_seconds),
+            )
+            for s in upcoming
+        ],
+        webhooks_pending=pending,
         lines=[
             QueueLinePublic(
                 kind=line.kind,
@@ -135,5 +158,5 @@ async def queue(state: StateDep, principal: OperatorPrincipal) -> Any:
                 expired_leases=line.expired_leases,
             )
             for line in lines
-        ]
+        ],
     )

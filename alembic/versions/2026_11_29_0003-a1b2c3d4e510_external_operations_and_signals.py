@@ -1,7 +1,7 @@
 """external operations and signals
 
 Revision ID: a1b2c3d4e510
-Revises: f6248ed09853
+Revises: f9a0b1c2d014
 Create Date: 2026-11-29 16:10:00.000000+00:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "a1b2c3d4e510"
-down_revision: str | None = "f6248ed09853"
+down_revision: str | None = "f9a0b1c2d014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

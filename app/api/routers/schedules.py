@@ -1,0 +1,329 @@
+"""``/v1/schedules``: cron triggers that create one job per tick.
+
+An owner manages its own schedules; an operator sees and manages every owner's and may
+create one for any owner. Another owner's schedule answers 404, exactly like an unknown
+one. The jobs a schedule creates belong to its owner and are created by the worker
+processes' scheduler (:mod:`workers.scheduler`), exactly once per tick.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.api.deps import CurrentPrincipal, StateDep, visible_owner
+from app.api.errors import ForbiddenError, InvalidRequestError, ScheduleNotFoundError
+from app.api.jobcreation import validated_input
+from app.api.responses import headers, problems
+from app.api.schedule_schemas import (
+    ScheduleChange,
+    ScheduleCreate,
+    ScheduledJob,
+    ScheduleFirePage,
+    ScheduleFirePublic,
+    SchedulePage,
+    SchedulePublic,
+)
+from app.api.schemas import JobCreateBase, Problem
+from app.api.views import job_path
+from app.apikeys import Principal, Role
+from app.db import schedules, webhooks
+from app.scheduling import Cron, InvalidScheduleError, MisfirePolicy, OverlapPolicy, parse
+
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+
+MAX_PAGE = 100
+CURSOR_PATTERN = r"^s[0-9]{1,18}$"
+INSTANT_PATTERN = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": Problem,
+        "description": "Unknown schedule, or a schedule of another owner (indistinguishable).",
+    }
+}
+
+
+def schedule_path(schedule_id: uuid.UUID) -> str:
+    return f"/v1/schedules/{schedule_id}"
+
+
+def _public(row: Any) -> SchedulePublic:
+    return SchedulePublic(
+        id=row.id,
+        url=schedule_path(row.id),
+        owner=row.owner,
+        name=row.name,
+        cron=row.cron,
+        timezone=row.timezone,
+        job=ScheduledJob(
+            kind=row.kind,
+            kind_version=row.kind_version,
+            input=row.input,
+            notify=row.notify_webhook_id,
+        ),
+        enabled=row.enabled,
+        misfire_policy=MisfirePolicy(row.misfire_policy),
+        misfire_grace_seconds=row.misfire_grace_seconds,
+        catch_up_limit=row.catch_up_limit,
+        overlap=OverlapPolicy(row.overlap),
+        next_fire_at=row.next_fire_at if row.enabled else None,
+        last_fire_at=row.last_fire_at,
+        last_job_id=row.last_job_id,
+        last_job_url=job_path(row.last_job_id) if row.last_job_id else None,
+        fired_count=row.fired_count,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _cron(expression: str, timezone: str) -> Cron:
+    try:
+        return parse(expression, timezone)
+    except InvalidScheduleError as exc:
+        raise InvalidRequestError(
+            exc.message,
+            errors=[{"loc": ["body", exc.field], "msg": exc.message, "type": "invalid_schedule"}],
+        ) from None
+
+
+def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
+    spec, normalized = validated_input(body, ("body", "job"))
+    return spec.name, spec.version, normalized
+
+
+def _instant(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequestError(
+            "before is not a valid instant",
+            errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
+        ) from None
+
+
+async def _check_notify(conn: AsyncConnection, owner: str, job: JobCreateBase) -> None:
+    """The schedule's jobs may notify only an endpoint of the schedule's owner."""
+    if job.notify is not None and not await webhooks.owned(conn, owner, [job.notify]):
+        raise InvalidRequestError(
+            "notify names no webhook endpoint of this owner",
+            errors=[
+                {
+                    "loc": ["body", "job", "notify"],
+                    "msg": "unknown webhook endpoint",
+                    "type": "unknown_webhook",
+                }
+            ],
+        )
+
+
+def _owner_for(principal: Principal, requested: str | None) -> str:
+    if requested is None or requested == principal.owner:
+        return principal.owner
+    if not principal.has(Role.OPERATOR):
+        raise ForbiddenError("Only operators may create a schedule for another owner")
+    return requested
+
+
+@router.post(
+    "",
+    name="create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SchedulePublic,
+    summary="Create a schedule",
+    responses={
+        201: {"description": "Created.", "headers": headers("Location")},
+        **problems(400, 403, 413, 415, 422),
+    },
+)
+async def create_schedule(
+    body: ScheduleCreate, state: StateDep, principal: CurrentPrincipal, response: Response
+) -> SchedulePublic:
+    """Validate the expression, the time zone and the job now (422 naming the field), so
+    a tick never meets an input it cannot run."""
+    cron = _cron(body.cron, body.timezone)
+    kind, kind_version, job_input = _job(body.job)
+    owner = _owner_for(principal, body.owner)
+    spec = schedules.ScheduleSpec(
+        owner=owner,
+        name=body.name,
+        cron=cron,
+        kind=kind,
+        kind_version=kind_version,
+        input=job_input,
+        notify=body.job.notify,
+        enabled=body.enabled,
+        misfire_policy=body.misfire_policy,
+        misfire_grace_seconds=body.misfire_grace_seconds,
+        catch_up_limit=body.catch_up_limit,
+        overlap=body.overlap,
+    )
+    async with state.engine.begin() as conn:
+        await _check_notify(conn, owner, body.job)
+        row = await schedules.insert(
+            conn, spec, created_by=str(_actor(principal)), clock=state.clock
+        )
+    response.headers["Location"] = schedule_path(row.id)
+    return _public(row)
+
+
+def _actor(principal: Principal) -> str:
+    role = "operator" if principal.has(Role.OPERATOR) else "client"
+    return f"{role}:{principal.owner}"
+
+
+@router.get(
+    "",
+    name="list",
+    response_model=SchedulePage,
+    summary="List schedules (operators: every owner's)",
+    responses=problems(422),
+)
+async def list_schedules(
+    state: StateDep,
+    principal: CurrentPrincipal,
+    enabled: Annotated[bool | None, Query(description="Only enabled (or disabled) ones.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+    ] = None,
+) -> SchedulePage:
+    """Newest first. Each shows its next and last tick: the operator's view of triggers."""
+    async with state.engine.connect() as conn:
+        rows = await schedules.page(
+            conn,
+            owner=visible_owner(principal),
+            enabled=enabled,
+            before_seq=None if cursor is None else int(cursor[1:]),
+            limit=limit + 1,
+        )
+    shown = rows[:limit]
+    return SchedulePage(
+        items=[_public(row) for row in shown],
+        next_cursor=f"s{shown[-1].seq}" if len(rows) > limit and shown else None,
+    )
+
+
+@router.get(
+    "/{schedule_id}",
+    name="read",
+    response_model=SchedulePublic,
+    summary="Read a schedule",
+    responses={**problems(422), **_NOT_FOUND},
+)
+async def read_schedule(
+    schedule_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
+) -> SchedulePublic:
+    async with state.engine.connect() as conn:
+        row = await schedules.get(conn, schedule_id, owner=visible_owner(principal))
+    if row is None:
+        raise ScheduleNotFoundError()
+    return _public(row)
+
+
+@router.patch(
+    "/{schedule_id}",
+    name="change",
+    response_model=SchedulePublic,
+    summary="Change, pause or resume a schedule",
+    responses={**problems(400, 413, 415, 422), **_NOT_FOUND},
+)
+async def change_schedule(
+    schedule_id: uuid.UUID, body: ScheduleChange, state: StateDep, principal: CurrentPrincipal
+) -> SchedulePublic:
+    given = body.model_fields_set
+    changes: dict[str, Any] = {
+        key: getattr(body, key)
+        for key in ("name", "enabled", "misfire_grace_seconds", "catch_up_limit")
+        if key in given
+    }
+    if body.misfire_policy is not None:
+        changes["misfire_policy"] = body.misfire_policy.value
+    if body.overlap is not None:
+        changes["overlap"] = body.overlap.value
+    if body.job is not None:
+        changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
+        changes["notify_webhook_id"] = body.job.notify
+    owner = visible_owner(principal)
+    async with state.engine.begin() as conn:
+        if body.job is not None and body.job.notify is not None:
+            current = await schedules.get(conn, schedule_id, owner=owner)
+            if current is None:
+                raise ScheduleNotFoundError()
+            await _check_notify(conn, current.owner, body.job)
+        if body.cron is not None or body.timezone is not None:
+            current = await schedules.get(conn, schedule_id, owner=owner)
+            if current is None:
+                raise ScheduleNotFoundError()
+            cron = _cron(body.cron or current.cron, body.timezone or current.timezone)
+            changes["cron"], changes["timezone"] = cron.expression, cron.timezone
+        row = await schedules.change(
+            conn, schedule_id, owner=owner, changes=changes, clock=state.clock
+        )
+    if row is None:
+        raise ScheduleNotFoundError()
+    return _public(row)
+
+
+@router.delete(
+    "/{schedule_id}",
+    name="delete",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a schedule (the jobs it created stay)",
+    responses={204: {"description": "Deleted."}, **problems(422), **_NOT_FOUND},
+)
+async def delete_schedule(
+    schedule_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
+) -> Response:
+    async with state.engine.begin() as conn:
+        removed = await schedules.remove(conn, schedule_id, owner=visible_owner(principal))
+    if not removed:
+        raise ScheduleNotFoundError()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/{schedule_id}/fires",
+    name="fires",
+    response_model=ScheduleFirePage,
+    summary="The ticks a schedule fired and the job each created",
+    responses={**problems(422), **_NOT_FOUND},
+)
+async def schedule_fires(
+    schedule_id: uuid.UUID,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    before: Annotated[
+        str | None,
+        Query(pattern=INSTANT_PATTERN, description="next_before of the last page (RFC 3339)."),
+    ] = None,
+) -> ScheduleFirePage:
+    async with state.engine.connect() as conn:
+        if await schedules.get(conn, schedule_id, owner=visible_owner(principal)) is None:
+            raise ScheduleNotFoundError()
+        rows = await schedules.fires(
+            conn,
+            schedule_id,
+            before=None if before is None else _instant(before),
+            limit=limit + 1,
+        )
+    shown = rows[:limit]
+    return ScheduleFirePage(
+        items=[
+            ScheduleFirePublic(
+                tick=row.fire_at,
+                job_id=row.job_id,
+                job_url=job_path(row.job_id) if row.job_id else None,
+                recorded_at=row.created_at,
+            )
+            for row in shown
+        ],
+        next_before=shown[-1].fire_at if len(rows) > limit and shown else None,
+    )

@@ -1,0 +1,185 @@
+"""``/v1/webhooks`` (endpoints an owner registers) and ``/v1/jobs/{id}/notifications``
+(the deliveries of one job's events). Another owner's endpoint or job answers 404,
+exactly like an unknown one; operators see every owner's."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from app.api.errors import InvalidRequestError, JobNotFoundError, WebhookNotFoundError
+from app.api.responses import headers, problems
+from app.api.schemas import Problem
+from app.api.webhook_schemas import (
+    NotificationPage,
+    NotificationPublic,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookPage,
+    WebhookPublic,
+)
+from app.apikeys import Role
+from app.db import reads
+from app.db import webhooks as store
+from app.webhooks import UnsafeUrlError, check_url, new_secret
+
+router = APIRouter(prefix="/v1", tags=["webhooks"])
+
+MAX_PAGE = 100
+CURSOR_PATTERN = r"^w[0-9]{1,18}$"
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": Problem,
+        "description": "Unknown webhook, or one of another owner (indistinguishable).",
+    }
+}
+
+
+def webhook_path(webhook_id: uuid.UUID) -> str:
+    return f"/v1/webhooks/{webhook_id}"
+
+
+def _public(row: Any) -> WebhookPublic:
+    return WebhookPublic(
+        id=row.id,
+        owner=row.owner,
+        url=row.url,
+        description=row.description,
+        created_at=row.created_at,
+    )
+
+
+@router.post(
+    "/webhooks",
+    name="create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=WebhookCreated,
+    summary="Register a webhook endpoint (its secret is shown once)",
+    responses={
+        201: {"description": "Registered.", "headers": headers("Location")},
+        **problems(400, 413, 415, 422),
+    },
+)
+async def create_webhook(
+    body: WebhookCreate, state: StateDep, principal: CurrentPrincipal, response: Response
+) -> WebhookCreated:
+    allowed, internal = state.settings.webhook_hosts
+    try:
+        url = check_url(body.url, allowed_hosts=allowed, internal_hosts=internal)
+    except UnsafeUrlError as exc:
+        raise InvalidRequestError(
+            str(exc), errors=[{"loc": ["body", "url"], "msg": str(exc), "type": "unsafe_url"}]
+        ) from None
+    secret = new_secret()
+    role = "operator" if principal.has(Role.OPERATOR) else "client"
+    async with state.engine.begin() as conn:
+        row = await store.register(
+            conn,
+            owner=principal.owner,
+            url=url,
+            secret=secret,
+            description=body.description,
+            created_by=f"{role}:{principal.owner}",
+        )
+    response.headers["Location"] = webhook_path(row.id)
+    return WebhookCreated(**_public(row).model_dump(), secret=secret)
+
+
+@router.get(
+    "/webhooks",
+    name="list",
+    response_model=WebhookPage,
+    summary="List webhook endpoints (operators: every owner's)",
+    responses=problems(422),
+)
+async def list_webhooks(
+    state: StateDep,
+    principal: CurrentPrincipal,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+    ] = None,
+) -> WebhookPage:
+    async with state.engine.connect() as conn:
+        rows = await store.page(
+            conn,
+            owner=visible_owner(principal),
+            before_seq=None if cursor is None else int(cursor[1:]),
+            limit=limit + 1,
+        )
+    shown = rows[:limit]
+    return WebhookPage(
+        items=[_public(row) for row in shown],
+        next_cursor=f"w{shown[-1].seq}" if len(rows) > limit and shown else None,
+    )
+
+
+@router.get(
+    "/webhooks/{webhook_id}",
+    name="read",
+    response_model=WebhookPublic,
+    summary="Read a webhook endpoint (without its secret)",
+    responses={**problems(422), **_NOT_FOUND},
+)
+async def read_webhook(
+    webhook_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
+) -> WebhookPublic:
+    async with state.engine.connect() as conn:
+        row = await store.get(conn, webhook_id, owner=visible_owner(principal))
+    if row is None:
+        raise WebhookNotFoundError()
+    return _public(row)
+
+
+@router.delete(
+    "/webhooks/{webhook_id}",
+    name="delete",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a webhook endpoint (its undelivered notifications are dropped)",
+    responses={204: {"description": "Deleted."}, **problems(422), **_NOT_FOUND},
+)
+async def delete_webhook(
+    webhook_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
+) -> Response:
+    async with state.engine.begin() as conn:
+        removed = await store.remove(conn, webhook_id, owner=visible_owner(principal))
+    if not removed:
+        raise WebhookNotFoundError()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/jobs/{job_id}/notifications",
+    name="notifications",
+    response_model=NotificationPage,
+    summary="The webhook deliveries of a job's events",
+    responses=problems(404, 422),
+)
+async def job_notifications(
+    job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
+) -> NotificationPage:
+    bind_job(job_id)
+    async with state.engine.connect() as conn:
+        if await reads.get_job(conn, job_id, owner=visible_owner(principal)) is None:
+            raise JobNotFoundError()
+        rows = await store.deliveries_of(conn, job_id)
+    return NotificationPage(
+        items=[
+            NotificationPublic(
+                id=row.id,
+                webhook_id=row.webhook_id,
+                event=row.event,
+                state=row.state,
+                attempts=row.attempts,
+                last_status_code=row.last_status_code,
+                last_error=row.last_error,
+                next_attempt_at=row.next_attempt_at if row.state == "pending" else None,
+                created_at=row.created_at,
+                delivered_at=row.delivered_at,
+            )
+            for row in rows
+        ]
+    )

@@ -1,0 +1,156 @@
+"""The webhook sender: delivers the outbox rows that job transitions wrote.
+
+Runs in every worker process every ``ATLAS_WEBHOOK_INTERVAL_SECONDS``. A pass claims a
+bounded batch of due deliveries (``FOR UPDATE SKIP LOCKED``; the attempt is counted and a
+lease taken in the same statement, before anything is sent), sends them concurrently,
+then records every outcome in one statement, fenced by the attempt number.
+
+Delivery is at least once: a response lost on the way back (the receiver applied it and
+the connection dropped), or a worker killed mid-send, means the same delivery is sent
+again -- with the same ``webhook-id``, so the receiver can tell. Each attempt is signed
+anew (``webhook-timestamp`` is the attempt's). A 2xx is delivered; anything else (an
+error status, a timeout, a refused connection, a URL that now resolves to an internal
+address) is retried with full-jitter exponential backoff until
+``ATLAS_WEBHOOK_MAX_ATTEMPTS``, then ``failed``. The job itself is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.clock import Clock
+from app.db import reads
+from app.db import webhooks as store
+from app.logs import get_logger
+from app.settings import Settings
+from app.webhooks import DeliveryAttemptState, UnsafeUrlError, backoff_seconds, check_url, sign
+
+log = get_logger("atlas.worker.webhooks")
+
+RenderStatus = Callable[[Any, Sequence[Any]], Mapping[str, Any]]
+"""The job's status representation from its row and stage rows: the HTTP API's own
+(injected by the command that starts the worker, so workers do not import the API)."""
+
+SENDS_AT_ONCE = 16
+USER_AGENT = "atlas-jobs-webhooks/1"
+
+
+class WebhookSender:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        clock: Clock,
+        settings: Settings,
+        render: RenderStatus,
+        *,
+        batch_size: int = 50,
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.settings = settings
+        self.render = render
+        self.batch_size = batch_size
+        self._allowed, self._internal = settings.webhook_hosts
+        self._lease = settings.webhook_timeout_seconds * 2 + 5
+
+    async def run_once(self) -> int:
+        """Send what is due; returns how many were delivered."""
+        offset = self.clock.offset.total_seconds()
+        async with self.engine.begin() as conn:
+            claimed = await store.claim_due(
+                conn, limit=self.batch_size, lease_seconds=self._lease, clock_offset=offset
+            )
+        if not claimed:
+            return 0
+        bodies = await self._bodies(claimed)
+        limit = asyncio.Semaphore(SENDS_AT_ONCE)
+        async with httpx.AsyncClient(
+            timeout=self.settings.webhook_timeout_seconds,
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+        ) as http:
+
+            async def one(row: Any) -> store.Outcome:
+                async with limit:
+                    return await self._send(http, row, bodies.get(row.job_id))
+
+            outcomes = await asyncio.gather(*(one(row) for row in claimed))
+        async with self.engine.begin() as conn:
+            await store.record(conn, outcomes, offset)
+        for row, outcome in zip(claimed, outcomes, strict=True):
+            log.info(
+                "webhook.attempt",
+                delivery_id=str(row.id),
+                job_id=str(row.job_id),
+                webhook_event=row.event,
+                attempt=row.attempts,
+                outcome=outcome.state,
+                status_code=outcome.status_code,
+                error_class=outcome.error,
+            )
+        return sum(o.state == DeliveryAttemptState.DELIVERED for o in outcomes)
+
+    async def _bodies(self, claimed: Sequence[Any]) -> dict[Any, str]:
+        """Each job's status representation, serialized once: the signed bytes."""
+        bodies: dict[Any, str] = {}
+        async with self.engine.connect() as conn:
+            for job_id in {row.job_id for row in claimed}:
+                job = await reads.get_job(conn, job_id, owner=None, now=self.clock.now())
+                if job is None:
+                    continue
+                stages = await reads.plan_stages(conn, job)
+                bodies[job_id] = json.dumps(
+                    self.render(job, stages), separators=(",", ":"), ensure_ascii=False
+                )
+        return bodies
+
+    async def _send(self, http: httpx.AsyncClient, row: Any, body: str | None) -> store.Outcome:
+        if body is None:  # the job is gone (pruned): nothing left to say
+            return self._outcome(row, DeliveryAttemptState.FAILED, None, "job_gone")
+        try:
+            await asyncio.to_thread(
+                check_url, row.url, allowed_hosts=self._allowed, internal_hosts=self._internal
+            )
+        except UnsafeUrlError:
+            return self._outcome(row, DeliveryAttemptState.FAILED, None, "unsafe_url")
+        delivery_id = str(row.id)
+        sent_at = store.sent_at(row)
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": delivery_id,
+            "webhook-timestamp": str(int(sent_at.timestamp())),
+            "webhook-signature": sign(row.secret, delivery_id, sent_at, body),
+        }
+        try:
+            response = await http.post(row.url, content=body.encode(), headers=headers)
+        except httpx.HTTPError as exc:
+            return self._retry(row, None, type(exc).__name__)
+        if 200 <= response.status_code < 300:
+            return self._outcome(row, DeliveryAttemptState.DELIVERED, response.status_code, None)
+        return self._retry(row, response.status_code, f"http_{response.status_code}")
+
+    def _retry(self, row: Any, status: int | None, error: str) -> store.Outcome:
+        if row.attempts >= self.settings.webhook_max_attempts:
+            return self._outcome(row, DeliveryAttemptState.FAILED, status, error)
+        delay = backoff_seconds(
+            row.attempts,
+            base=self.settings.webhook_backoff_base_seconds,
+            cap=self.settings.webhook_backoff_cap_seconds,
+        )
+        return self._outcome(row, DeliveryAttemptState.PENDING, status, error, delay)
+
+    @staticmethod
+    def _outcome(
+        row: Any,
+        state: DeliveryAttemptState,
+        status: int | None,
+        error: str | None,
+        delay: float = 0,
+    ) -> store.Outcome:
+        return store.Outcome(row.id, row.attempts, state.value, status, error, delay)

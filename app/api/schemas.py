@@ -338,9 +338,11 @@ class HistoryItem(BaseModel):
     )
     to: JobState = Field(description="The state after the move.")
     transition: TransitionName = Field(description="The named transition that was applied.")
-    reason: Reason | Literal["cancel_too_late"] | None = Field(
-        description="The reason the job got with this move; `cancel_too_late` for a cancel "
-        "that found the job already terminal (recorded, changes nothing)."
+    reason: Reason | Literal["cancel_too_late", "decision_too_late", "operation"] | None = Field(
+        description="The reason the job got with this move; for items that change nothing: "
+        "`cancel_too_late` (a cancel that found the job already terminal), "
+        "`decision_too_late` (a review decision or signal that lost to the wait's "
+        "deadline), `operation` (an external operation's entry, in `data`)."
     )
     actor: str = Field(description="Who made the move (`client:<owner>`, `worker:<id>`, ...).")
     attempt: int | None = Field(description="Attempt number the move belongs to.")

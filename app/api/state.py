@@ -31,8 +31,8 @@ class ApiState:
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False
     reads: AsyncEngine = field(init=False)
-    """The same pool for reads that are one statement each (authentication, a status,
-    a history page): no ``BEGIN``/``ROLLBACK`` round trips around them."""
+    """The same pool in autocommit, for reads that need no transaction (authentication,
+    a status, a listing page): no ``BEGIN``/``ROLLBACK`` round trips around them."""
 
     def __post_init__(self) -> None:
         self.reads = single_statements(self.engine)

@@ -38,6 +38,8 @@ SPEC = REPO / "openapi" / "openapi.json"
 # * schedules-create and schedules-change: a schema-valid ``cron`` or ``timezone`` string
 #   may still be no cron expression or IANA zone (JSON Schema cannot say which strings
 #   are), and the job's input follows its kind; the API answers 422 naming the field.
+#   Their ``job`` is a job body, so a large document is 413 (the body-size setting), as
+#   for jobs-create.
 # * webhooks-create: a schema-valid URL may still be refused (it does not resolve, or it
 #   names an internal address: SSRF rules), 422 naming body.url.
 # * schedules-fires: ``before`` matches the RFC 3339 pattern but may be no calendar date
@@ -88,11 +90,17 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 
 
 [[operations]]
 include-operation-id = "schedules-create"
-checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 413, 422]
+checks.negative_data_rejection.expected-statuses = [
+    400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429,
+]
 
 [[operations]]
 include-operation-id = "schedules-change"
-checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 413, 422]
+checks.negative_data_rejection.expected-statuses = [
+    400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429,
+]
 
 [[operations]]
 include-operation-id = "webhooks-create"

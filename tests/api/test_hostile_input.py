@@ -100,3 +100,24 @@ async def test_nul_in_an_operator_or_review_note_is_422_naming_the_field(
     # Nothing moved: both jobs are where they were.
     for job_id, state in ((unresolved, "unresolved"), (reviewed, "waiting")):
         assert (await client.get(f"/v1/jobs/{job_id}", headers=keys.a)).json()["state"] == state
+
+
+async def test_an_optional_body_is_absent_or_an_object_never_null(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """The schema leaves ``null`` out of the cancel and operator bodies (so generated
+    clients can omit them); the server holds to it."""
+    created = await client.post(
+        "/v1/jobs", json={"kind": "atlas.bundle", "input": BUNDLE_INPUT}, headers=keys.a
+    )
+    job_id = created.json()["id"]
+    null = await client.post(
+        f"/v1/jobs/{job_id}/cancel",
+        content=b"null",
+        headers={**keys.a, "Content-Type": "application/json"},
+    )
+    assert null.status_code == 422
+    assert (await client.get(f"/v1/jobs/{job_id}", headers=keys.a)).json()["state"] == "queued"
+    absent = await client.post(f"/v1/jobs/{job_id}/cancel", headers=keys.a)
+    assert absent.status_code == 202
+    assert absent.json()["state"] == "canceled"

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response, status
+from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import CurrentPrincipal, EngineDep, StateDep, bind_job, visible_owner
+from app.api.deps import CurrentPrincipal, EngineDep, NoNullBody, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_batch, create_job
 from app.api.longpoll import held_status, unless_client_leaves
@@ -281,6 +282,7 @@ async def get(
 
 @router.post(
     "/{job_id}/cancel",
+    dependencies=[NoNullBody],
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobPublic,
     summary="Request cancellation",
@@ -290,9 +292,11 @@ async def get(
             "repeat of a cancel that already took effect answers 202 too."
         },
         **problems(
+            400,
             404,
             409,
             413,
+            415,
             422,
             descriptions={
                 409: "The job ended another way (`succeeded`, `failed`): the cancel lost; "
@@ -307,7 +311,7 @@ async def cancel(
     state: StateDep,
     principal: CurrentPrincipal,
     response: Response,
-    body: CancelCreate | None = None,
+    body: CancelCreate | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     """Queued/waiting jobs cancel at once; running ones stop at their next safe point;
     an operator's cancel of unresolved work is an operator decision. A repeat after the

@@ -10,8 +10,9 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Response, status
+from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import OperatorPrincipal, StateDep, bind_job
+from app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
 from app.api.reading import answer, settle
 from app.api.responses import headers, problems
 from app.api.schemas import (
@@ -36,6 +37,7 @@ _ACTION = {
 
 @router.post(
     "/jobs/{job_id}/resume",
+    dependencies=[NoNullBody],
     name="resume",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobPublic,
@@ -47,7 +49,7 @@ async def resume(
     state: StateDep,
     principal: OperatorPrincipal,
     response: Response,
-    body: OperatorNote | None = None,
+    body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
     async with state.engine.begin() as conn:
@@ -60,6 +62,7 @@ async def resume(
 
 @router.post(
     "/jobs/{job_id}/fail",
+    dependencies=[NoNullBody],
     name="fail",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobPublic,
@@ -71,7 +74,7 @@ async def fail(
     state: StateDep,
     principal: OperatorPrincipal,
     response: Response,
-    body: OperatorNote | None = None,
+    body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
     async with state.engine.begin() as conn:
@@ -88,6 +91,7 @@ async def fail(
 
 @router.post(
     "/jobs/{job_id}/replay",
+    dependencies=[NoNullBody],
     name="replay",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobPublic,
@@ -105,7 +109,7 @@ async def replay(
     state: StateDep,
     principal: OperatorPrincipal,
     response: Response,
-    body: OperatorNote | None = None,
+    body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
     async with state.engine.begin() as conn:

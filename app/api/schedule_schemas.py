@@ -131,7 +131,7 @@ class SchedulePublic(BaseModel):
     name: str | None = Field(description=NAME_DESCRIPTION)
     cron: str = Field(description=CRON_DESCRIPTION)
     timezone: str = Field(description=TIMEZONE_DESCRIPTION)
-    job: ScheduledJob
+    job: ScheduledJob = Field(description="What each tick creates: kind, input, notify.")
     enabled: bool = Field(description="Whether ticks fire.")
     misfire_policy: MisfirePolicy = Field(description=POLICY_DESCRIPTION)
     misfire_grace_seconds: int = Field(description=GRACE_DESCRIPTION)
@@ -149,6 +149,8 @@ class SchedulePublic(BaseModel):
 
 
 class SchedulePage(BaseModel):
+    """A page of schedules."""
+
     items: list[SchedulePublic] = Field(description="Newest first.")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
@@ -163,5 +165,7 @@ class ScheduleFirePublic(BaseModel):
 
 
 class ScheduleFirePage(BaseModel):
+    """A page of a schedule's fired ticks."""
+
     items: list[ScheduleFirePublic] = Field(description="Newest tick first.")
     next_before: datetime | None = Field(description="Pass as ?before= for the next page.")

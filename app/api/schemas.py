@@ -126,7 +126,9 @@ class CancelCreate(StrictModel):
     """Optional body of a cancel: a note recorded in the job's history (an operator's
     cancel of unresolved or waiting work says why)."""
 
-    note: str | None = Field(default=None, max_length=2000)
+    note: str | None = Field(
+        default=None, max_length=2000, description="Why; recorded with the cancel."
+    )
 
 
 class SignalCreate(StrictModel):
@@ -379,10 +381,10 @@ class HistoryItem(BaseModel):
 class SignalPublic(BaseModel):
     """A received signal and its first outcome (a repeat answers the same)."""
 
-    job_id: uuid.UUID
-    event_id: str
-    received_at: datetime
-    actor: str
+    job_id: uuid.UUID = Field(description="The job the signal was sent to.")
+    event_id: str = Field(description="The sender's event id (repeats are recorded once).")
+    received_at: datetime = Field(description="When the first delivery of the event arrived.")
+    actor: str = Field(description="Who sent it (`client:<owner>` or `operator:<owner>`).")
     state: JobState = Field(description="The job's state right after the first delivery.")
     reason: Reason = Field(description="The job's reason right after the first delivery.")
 

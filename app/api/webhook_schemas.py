@@ -36,6 +36,8 @@ class WebhookPublic(BaseModel):
 
 
 class WebhookCreated(WebhookPublic):
+    """A webhook endpoint just registered, with its signing secret (shown only now)."""
+
     secret: str = Field(
         description=(
             "The signing secret (`whsec_…`, Standard Webhooks), shown only now: verify "
@@ -45,6 +47,8 @@ class WebhookCreated(WebhookPublic):
 
 
 class WebhookPage(BaseModel):
+    """A page of webhook endpoints."""
+
     items: list[WebhookPublic] = Field(description="Newest first.")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
@@ -71,4 +75,6 @@ class NotificationPublic(BaseModel):
 
 
 class NotificationPage(BaseModel):
+    """A job's webhook deliveries."""
+
     items: list[NotificationPublic] = Field(description="Oldest first.")

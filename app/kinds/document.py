@@ -29,10 +29,14 @@ EXTRACT_SECONDS_PER_SECTION = 0.2
 
 
 class Section(BaseModel):
+    """One section of a document: a heading and its text (extracted one by one)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    heading: str = Field(min_length=1, max_length=200)
-    text: str = Field(min_length=1, max_length=MAX_SECTION_CHARS)
+    heading: str = Field(min_length=1, max_length=200, description="The section's heading.")
+    text: str = Field(
+        min_length=1, max_length=MAX_SECTION_CHARS, description="The section's text (plain)."
+    )
 
 
 class DocumentInput(BaseModel):
@@ -40,8 +44,12 @@ class DocumentInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    title: str = Field(min_length=1, max_length=200)
-    sections: list[Section] = Field(min_length=1, max_length=MAX_SECTIONS)
+    title: str = Field(min_length=1, max_length=200, description="The document's title.")
+    sections: list[Section] = Field(
+        min_length=1,
+        max_length=MAX_SECTIONS,
+        description="The document's body, in order (progress is counted in sections).",
+    )
     destination: str = Field(
         pattern=DESTINATION_NAME,
         description="The name of a configured destination (ATLAS_DESTINATIONS), never a URL.",

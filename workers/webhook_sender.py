@@ -98,17 +98,18 @@ class WebhookSender:
 
     async def _bodies(self, claimed: Sequence[Any]) -> dict[Any, str]:
         """Each job's status representation, serialized once: the signed bytes."""
-        bodies: dict[Any, str] = {}
-        async with self.engine.connect() as conn:
-            for job_id in {row.job_id for row in claimed}:
-                job = await reads.get_job(conn, job_id, owner=None, now=self.clock.now())
-                if job is None:
-                    continue
-                stages = await reads.plan_stages(conn, job)
-                bodies[job_id] = json.dumps(
-                    self.render(job, stages), separators=(",", ":"), ensure_ascii=False
-                )
-        return bodies
+        ids = list({row.job_id for row in claimed})
+        async with self.engine.connect() as conn:  # two queries for the whole batch
+            found = await reads.get_jobs(conn, ids, now=self.clock.now())
+            stages = await reads.stages_for(conn, [job.id for job in found])
+        return {
+            job.id: json.dumps(
+                self.render(job, stages[job.id] if job.plan_revision else []),
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+            for job in found
+        }
 
     async def _send(self, http: httpx.AsyncClient, row: Any, body: str | None) -> store.Outcome:
         if body is None:  # the job is gone (pruned): nothing left to say

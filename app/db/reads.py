@@ -47,6 +47,18 @@ async def get_job(
     return (await conn.execute(query)).first()
 
 
+async def get_jobs(
+    conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, now: ColumnElement[datetime]
+) -> list[Row[Any]]:
+    """Job rows by id, any owner (one query; ids that no longer exist are absent)."""
+    if not job_ids:
+        return []
+    rows = await conn.execute(
+        select(jobs, now.label("observed_at")).where(jobs.c.id.in_(list(job_ids)))
+    )
+    return list(rows.all())
+
+
 async def download_job(
     conn: AsyncConnection,
     job_id: uuid.UUID,

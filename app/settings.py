@@ -133,6 +133,14 @@ class Settings(BaseSettings):
     http_keep_alive_seconds: int = Field(
         default=5, gt=0, description="An idle keep-alive connection is closed after this."
     )
+    http_head_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description=(
+            "Time to send a request line and headers, from the connection's start or a "
+            "kept-alive request's first byte; a slower connection is closed unanswered."
+        ),
+    )
     http_body_timeout_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -24,6 +24,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from app.api.http_protocol import protocol_with_head_timeout
 from app.api.middleware import ContainAnsweredErrors
 from app.logs import get_logger
 from app.settings import Settings
@@ -80,7 +81,7 @@ def run_api(app: FastAPI, settings: Settings, *, host: str, port: int) -> None:
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds - drain)),
         # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
         # only h11 bounds the size of the request line and headers.
-        http="h11",
+        http=protocol_with_head_timeout(settings.http_head_timeout_seconds),
         h11_max_incomplete_event_size=settings.http_max_header_bytes,
         limit_concurrency=settings.http_limit_concurrency,
         timeout_keep_alive=settings.http_keep_alive_seconds,

@@ -1,5 +1,6 @@
 """Limits for clients without a key, against a real ``atlas-jobs api`` process (issue 8,
-finding 4): huge headers refused, slow bodies cut, client disconnects not 500s."""
+finding 4): huge headers refused, late request heads and slow bodies cut, client
+disconnects not 500s."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.api.conftest import SIGNING_SECRET, LiveApi
 from tests.support import atlas_process, free_port
 
 BODY_TIMEOUT = 1.5
+HEAD_TIMEOUT = 1.0
 
 
 @pytest.fixture
@@ -30,6 +32,7 @@ def limited_api(database_url: str, data_dir: Path, tmp_path: Path) -> Iterator[L
         "ATLAS_SIGNING_SECRET": SIGNING_SECRET,
         "ATLAS_LOG_FORMAT": "json",
         "ATLAS_HTTP_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+        "ATLAS_HTTP_HEAD_TIMEOUT_SECONDS": str(HEAD_TIMEOUT),
         "ATLAS_SHUTDOWN_GRACE_SECONDS": "1",
     }
     url = f"http://127.0.0.1:{port}"
@@ -103,3 +106,61 @@ def test_a_disconnect_mid_body_is_logged_as_such_not_as_a_500(limited_api: LiveA
     metrics = httpx.get(f"{limited_api.url}/metrics").text
     assert 'status="500"' not in metrics
     assert 'route="/v1/jobs",status="499"' in metrics
+
+
+def _closed_unanswered_within(sock: socket.socket, seconds: float) -> float:
+    """Seconds until the server closed ``sock`` without sending a byte (asserted)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    answer = _read_all(sock)
+    elapsed = time.monotonic() - started
+    assert answer == b"", answer[:200]
+    assert elapsed < seconds, f"still open after {seconds} s"
+    return elapsed
+
+
+def test_a_connection_that_never_sends_a_request_is_closed(limited_api: LiveApi) -> None:
+    # Before the head timeout such a connection was held for ever: 20,000 of them took
+    # every file descriptor of the process (issue 8, finding 4).
+    with _connect(limited_api) as sock:
+        elapsed = _closed_unanswered_within(sock, 10)
+    assert elapsed >= HEAD_TIMEOUT - 0.2
+    assert httpx.get(f"{limited_api.url}/livez").status_code == 200
+
+
+def test_a_request_head_trickled_byte_by_byte_is_cut(limited_api: LiveApi) -> None:
+    head = b"GET /livez HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 40
+    with _connect(limited_api) as sock:
+        started = time.monotonic()
+        closed = False
+        for byte in head:  # one byte every 0.1 s: 4 s for the whole head, never finished
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            time.sleep(0.1)
+        if not closed:
+            _closed_unanswered_within(sock, 10)
+        assert time.monotonic() - started < HEAD_TIMEOUT + 10
+
+
+def test_a_late_second_head_on_a_kept_alive_connection_is_cut(limited_api: LiveApi) -> None:
+    with _connect(limited_api) as sock:
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(10)
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first[:200]
+        # The keep-alive timer (5 s) stops at the first byte of the next request; the
+        # head timer takes over and closes a head that does not finish.
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+        elapsed = _closed_unanswered_within(sock, 4.5)
+    assert elapsed >= HEAD_TIMEOUT - 0.2
+
+
+def test_a_prompt_client_is_not_affected_by_the_head_timeout(limited_api: LiveApi) -> None:
+    with httpx.Client(base_url=limited_api.url) as http:  # one kept-alive connection
+        for _ in range(3):
+            assert http.get("/livez").status_code == 200
+            time.sleep(HEAD_TIMEOUT + 0.3)  # idle between requests: keep-alive rules
+        assert http.get("/livez").status_code == 200

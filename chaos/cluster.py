@@ -314,15 +314,28 @@ class Cluster:
         return {r["id"]: r["state"] for r in rows}
 
     async def settle(
-        self, ids: Iterable[str], *, within: float, done: frozenset[str] = TERMINAL
+        self,
+        ids: Iterable[str],
+        *,
+        within: float,
+        done: frozenset[str] = TERMINAL,
+        stall: float | None = None,
     ) -> dict[str, str]:
-        """Wait (bounded) until every job is in ``done``; the last states read."""
+        """Wait (bounded) until every job is in ``done``; the last states read.
+
+        With ``stall``, stop earlier once no further job has finished for that long: a
+        starved machine drains slowly, and only a drain that stopped is a finding."""
         wanted = list(ids)
         deadline = time.monotonic() + within
+        finished_count, progressed = -1, time.monotonic()
         while True:
             states = await self.states(wanted)
-            finished = len(states) == len(wanted) and all(s in done for s in states.values())
-            if finished or time.monotonic() > deadline:
+            count = sum(1 for s in states.values() if s in done)
+            if count > finished_count:
+                finished_count, progressed = count, time.monotonic()
+            now = time.monotonic()
+            stalled = stall is not None and now - progressed > stall
+            if count == len(wanted) or now > deadline or stalled:
                 return states
             await asyncio.sleep(0.5)
 

@@ -50,11 +50,12 @@ test-pg15: $(STAMP) ## The suite against a throwaway system PostgreSQL 15 (Debia
 bench: $(STAMP) ## The project's benchmarks (under 10 min): table + benchmarks/results/bench-*.json
 	$(BIN)/python -m benchmarks.suite
 
-lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, OpenAPI drift
+lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, bandit, OpenAPI drift
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/bandit -c pyproject.toml -r app workers -q
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -63,7 +64,7 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 chaos: $(STAMP) ## Fault scenarios on real processes, one table (CHAOS=short for the CI size)
 	$(BIN)/python -m chaos.run --config $(CHAOS) $(if $(CHAOS_ONLY),--only $(CHAOS_ONLY))
 
-audit: $(STAMP) ## pip-audit (needs the package index) and bandit over app/ and workers/
+audit: $(STAMP) ## pip-audit (needs PyPI's vulnerability data) and bandit over app/ and workers/
 	$(BIN)/pip-audit --skip-editable
 	$(BIN)/bandit -c pyproject.toml -r app workers -q
 

@@ -60,7 +60,7 @@ def sign(secret: str, delivery_id: str, sent_at: datetime, body: str) -> str:
 
 def backoff_seconds(attempts: int, *, base: float, cap: float) -> float:
     """Full-jitter exponential backoff before attempt ``attempts + 1``."""
-    return random.uniform(0, min(cap, base * 2 ** max(attempts - 1, 0)))  # noqa: S311
+    return random.uniform(0, min(cap, base * 2 ** max(attempts - 1, 0)))  # noqa: S311  # nosec B311
 
 
 class UnsafeUrlError(ValueError):

@@ -245,7 +245,7 @@ class ExternalOperations:
         async with self.ctx.engine.connect() as conn:
             taken: int | None = None
             while taken is None:
-                for slot in random.sample(range(limit), limit):
+                for slot in random.sample(range(limit), limit):  # nosec B311
                     got = await conn.execute(TRY_DESTINATION_SLOT, {"name": name, "slot": slot})
                     await conn.commit()
                     if got.scalar_one():
@@ -253,7 +253,7 @@ class ExternalOperations:
                         break
                 else:
                     await self.ctx.safe_point()
-                    await self.ctx.sleep(SLOT_POLL_SECONDS * (0.5 + random.random()))  # noqa: S311 - jitter
+                    await self.ctx.sleep(SLOT_POLL_SECONDS * (0.5 + random.random()))  # noqa: S311  # nosec B311
             try:
                 yield
             finally:

@@ -20,6 +20,12 @@ from tests.support import REPO, Server, alembic, server_from_environment
 
 TEST_DATA_DIR = Path(os.environ.get("ATLAS_TEST_DATA_DIR", REPO / ".atlas" / "test"))
 
+# Every API process a test starts inherits this: on SIGTERM it would otherwise keep
+# answering (readiness 503) for 3 s before closing -- for a load balancer, not for a
+# test's teardown (about 40 API processes a run). tests/ops/test_graceful_shutdown.py
+# sets its own drain time to test exactly that.
+os.environ.setdefault("ATLAS_SHUTDOWN_DRAIN_SECONDS", "0")
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Server]:

@@ -24,7 +24,9 @@ from tests.support import REPO
 class WorkerSettings:
     """The environment knobs the worker tests turn (small leases, fast time)."""
 
-    lease_seconds: float = 2.0
+    # Long enough that a live worker starved of CPU (the suite beside other work) keeps
+    # its lease; tests about rescue set their own short lease.
+    lease_seconds: float = 10.0
     reaper_interval_seconds: float = 0.5
     poll_interval_seconds: float = 0.5
     sweeper_interval_seconds: float = 0.5

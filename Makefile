@@ -7,6 +7,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist) sharing one PostgreSQL: most tests wait on processes,
+# sockets and leases, so two share two cores well. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 CHAOS ?= full
 CHAOS_ONLY ?=
 
@@ -42,7 +45,7 @@ run: $(RUNTIME_STAMP) ## Migrate and serve the API + workers (embedded PostgreSQ
 	@$(BIN)/atlas-jobs serve
 
 test: lint ## Lint, then run the whole suite against a real PostgreSQL
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-pg15: $(STAMP) ## The suite against a throwaway system PostgreSQL 15 (Debian binaries)
 	scripts/test-on-postgres.sh 15 $(PYTEST_ARGS)

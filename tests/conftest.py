@@ -26,10 +26,35 @@ TEST_DATA_DIR = Path(os.environ.get("ATLAS_TEST_DATA_DIR", REPO / ".atlas" / "te
 # sets its own drain time to test exactly that.
 os.environ.setdefault("ATLAS_SHUTDOWN_DRAIN_SECONDS", "0")
 
+# Parallel workers each run API and worker processes with their own pools.
+TEST_MAX_CONNECTIONS = 600
+_STARTED_HERE = pytest.StashKey[bool]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n``), the controller starts the embedded
+    server before any worker exists, so every worker finds it running and none stops it
+    while another still runs tests; the controller stops it at the end."""
+    parallel = getattr(config.option, "numprocesses", None)
+    if not parallel or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("DATABASE_URL"):
+        return
+    from app.db import embedded
+
+    already = (TEST_DATA_DIR / "pg" / "postmaster.pid").exists()
+    embedded.ensure_running(TEST_DATA_DIR, max_connections=TEST_MAX_CONNECTIONS)
+    config.stash[_STARTED_HERE] = not already
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_STARTED_HERE, False) and not os.environ.get("ATLAS_KEEP_TEST_DB"):
+        from app.db import embedded
+
+        embedded.stop(TEST_DATA_DIR)
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Server]:
-    server, started = server_from_environment(TEST_DATA_DIR)
+    server, started = server_from_environment(TEST_DATA_DIR, max_connections=TEST_MAX_CONNECTIONS)
     yield server
     if started and not os.environ.get("ATLAS_KEEP_TEST_DB"):
         from app.db import embedded

@@ -83,7 +83,7 @@ class Server:
             await self.drop_database(name)
 
 
-def server_from_environment(data_dir: Path) -> tuple[Server, bool]:
+def server_from_environment(data_dir: Path, *, max_connections: int = 300) -> tuple[Server, bool]:
     """The server to test against, and whether this run started it."""
     explicit = os.environ.get("DATABASE_URL")
     if explicit:
@@ -92,7 +92,7 @@ def server_from_environment(data_dir: Path) -> tuple[Server, bool]:
 
     pgdata = data_dir / "pg"
     already = (pgdata / "postmaster.pid").exists()
-    server = embedded.ensure_running(data_dir)
+    server = embedded.ensure_running(data_dir, max_connections=max_connections)
     return Server(server.url("postgres"), embedded_data_dir=data_dir), not already
 
 

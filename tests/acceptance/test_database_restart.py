@@ -1,23 +1,46 @@
 """A PostgreSQL restart drops every connection of the API and the workers. Nothing is
 restarted by hand: the API's pool and LISTEN connection and the worker's claim loop,
-heartbeat and listener reconnect on their own, and no accepted job is lost."""
+heartbeat and listener reconnect on their own, and no accepted job is lost.
+
+The test restarts a server of its own (an embedded one in a temporary directory): the
+suite's server is shared by every test running in parallel."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from app.db import embedded
 from tests.acceptance.conftest import ServiceFactory
 from tests.acceptance.test_seed_histories import TERMINAL, observe, submit
-from tests.support import Server
+from tests.support import Server, alembic
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data_dir = tmp_path_factory.mktemp("restarted-db")
+    started = embedded.ensure_running(data_dir)
+    yield Server(started.url("postgres"), embedded_data_dir=data_dir)
+    embedded.stop(data_dir, mode="immediate")
+
+
+@pytest.fixture
+def pg_server(own_server: Server) -> Server:
+    return own_server
+
+
+@pytest.fixture
+async def database_url(own_server: Server) -> AsyncIterator[str]:
+    async with own_server.scratch_database() as url:
+        await alembic(url, "upgrade", "head")
+        yield url
 
 
 async def test_api_and_workers_survive_a_database_restart(
     service: ServiceFactory, pg_server: Server
 ) -> None:
-    if pg_server.embedded_data_dir is None:
-        pytest.skip("restarts the server: only with the embedded PostgreSQL (no DATABASE_URL)")
     svc = service(bundle_time_scale=0.02)
     async with svc.client() as http:
         before = await submit(http, "coast")

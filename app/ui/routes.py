@@ -57,7 +57,9 @@ PAGE_HEADERS: Final = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",  # pages hold signed download links
+    # Never to another site (pages hold signed download links); same-origin keeps the
+    # Origin header on form posts (with no-referrer a browser sends "Origin: null").
+    "Referrer-Policy": "same-origin",
 }
 _CURSOR = re.compile(CURSOR_PATTERN)
 _STATE_NAMES: Final = frozenset(s.value for s in ALL_STATES)

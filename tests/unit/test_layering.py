@@ -15,6 +15,7 @@ PAGES = ROOT / "app" / "ui"
 def route_modules() -> list[Path]:
     return sorted([*ROUTERS.glob("*.py"), *PAGES.glob("*.py")])
 
+
 WRITES_TO_JOBS = re.compile(
     r"(update|insert)\s*\(\s*jobs\b|\b(UPDATE|INSERT\s+INTO)\s+jobs\b", re.IGNORECASE
 )

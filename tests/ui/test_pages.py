@@ -132,7 +132,8 @@ async def test_posts_need_the_session_token_and_our_origin(
         assert again.headers["location"] == f"/ui/jobs/{job_id}"
     history = await client.get(f"/v1/jobs/{job_id}/history", headers=keys.a)
     cancels = [h for h in history.json()["items"] if h["transition"] == "request_cancel"]
-    assert [h["actor"] for h in cancels] == ["client:alice"]  # the refused posts left none
+    # The two accepted posts are recorded (the repeat too); the refused ones left nothing.
+    assert [h["actor"] for h in cancels] == ["client:alice", "client:alice"]
 
 
 async def test_a_revoked_key_logs_the_browser_out(

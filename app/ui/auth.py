@@ -93,16 +93,21 @@ async def current_viewer(request: Request, state: StateDep, codec: CodecDep) -> 
 CurrentViewer = Annotated[Viewer, Depends(current_viewer)]
 
 
-def check_same_origin(request: Request) -> None:
+def check_same_origin(request: Request, public_url: str | None = None) -> None:
+    """Refuse a POST another site made the browser send. ``Origin`` must name the host
+    the request was sent to (its ``Host`` header) or the configured ``ATLAS_PUBLIC_URL``
+    (a proxy that rewrites ``Host``)."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in _ALLOWED_FETCH_SITES:
         raise UiForbiddenError("Cross-site form posts are refused")
     origin = request.headers.get("origin")
     if origin is None:
         return
-    host = request.headers.get("host", "")
-    parts = urlsplit(origin)
-    if origin == "null" or not host or parts.netloc.lower() != host.lower():
+    ours = {request.headers.get("host", "").lower()}
+    if public_url:
+        ours.add(urlsplit(public_url).netloc.lower())
+    ours.discard("")
+    if origin == "null" or urlsplit(origin).netloc.lower() not in ours:
         raise UiForbiddenError("Form posts from another origin are refused")
 
 

@@ -131,7 +131,7 @@ async def login_form(request: Request, next: str | None = None) -> Response:
 
 @router.post("/login", name="ui-login")
 async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
-    check_same_origin(request)
+    check_same_origin(request, state.settings.public_url)
     form = await read_form(request)
     key = form.get("api_key", "").strip()
     target = safe_next(form.get("next"))
@@ -163,7 +163,7 @@ async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
 
 @router.post("/logout", name="ui-logout")
 async def logout(request: Request, state: StateDep, codec: CodecDep) -> Response:
-    check_same_origin(request)
+    check_same_origin(request, state.settings.public_url)
     form = await read_form(request)
     viewer = await viewer_from_cookie(request, state, codec)
     if viewer is not None:
@@ -302,7 +302,7 @@ async def job_panel(
 
 @router.post("/jobs/{job_id}/cancel", name="ui-job-cancel")
 async def cancel(job_id: str, request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
-    check_same_origin(request)
+    check_same_origin(request, state.settings.public_url)
     form = await read_form(request)
     check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
     job_uuid = parse_job_id(job_id)

@@ -267,3 +267,50 @@ async def test_the_vendored_scripts_are_served_and_match_their_versions_file(
 
 async def test_the_pages_are_not_in_the_openapi_document(app: FastAPI) -> None:
     assert not [path for path in app.openapi()["paths"] if path.startswith("/ui")]
+
+
+async def test_the_live_stream_pushes_the_panel_and_closes_when_settled(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    job_id = await create_job(client, keys.alice)
+    assert (await client.post(f"/v1/jobs/{job_id}/cancel", headers=keys.a)).status_code == 202
+    live = f"/ui/jobs/{job_id}/live"
+    async with browser(app) as http:
+        anonymous = await http.get(live, headers={"Accept": "text/event-stream"})
+        assert anonymous.status_code == 401
+        await log_in(http, keys.alice)
+        stream = await http.get(live, headers={"Accept": "text/event-stream"})
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        text = stream.text
+        assert text.startswith("retry: 2000")
+        assert "event: panel" in text
+        assert 'data-testid="state">canceled<' in text
+        assert text.rstrip().endswith("event: done\ndata: settled")
+        # The page of a settled job does not open the stream at all.
+        assert "sse-connect" not in (await http.get(f"/ui/jobs/{job_id}")).text
+    async with browser(app) as http:
+        await log_in(http, keys.bob)
+        assert (await http.get(live)).status_code == 404  # alice's job
+    assert app.state.atlas.feeds.caps.watching == 0  # every slot given back
+
+
+async def test_the_list_refreshes_and_logging_out_ends_the_session(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    job_id = await create_job(client, keys.alice)
+    async with browser(app) as http:
+        token = await log_in(http, keys.alice)
+        page = await http.get("/ui/jobs?state=queued")
+        assert 'hx-get="/ui/jobs/table?state=queued"' in page.text
+        table = await http.get("/ui/jobs/table?state=queued", headers={"HX-Request": "true"})
+        assert table.status_code == 200
+        assert job_id in table.text
+        assert "<html" not in table.text  # a fragment
+        refused = await http.post("/ui/logout", headers=SAME_ORIGIN)
+        assert refused.status_code == 403
+        out = await http.post("/ui/logout", data={"csrf_token": token}, headers=SAME_ORIGIN)
+        assert out.status_code == 303
+        assert out.headers["location"] == "/ui/login"
+        assert COOKIE_NAME not in http.cookies
+        assert (await http.get("/ui/jobs")).status_code == 303

@@ -107,10 +107,11 @@ async def service(
 
 
 @pytest.fixture
-def screenshots() -> Iterator[Path]:
+def screenshots(capsys: pytest.CaptureFixture[str]) -> Iterator[Path]:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     yield SCREENSHOTS
-    print(f"\nstatus page screenshots: {SCREENSHOTS}")
+    with capsys.disabled():  # printed whether or not output is captured
+        print(f"\nstatus page screenshots (for review): {SCREENSHOTS}")
 
 
 async def submit(http: httpx.AsyncClient, kind: str, data: dict[str, Any]) -> str:

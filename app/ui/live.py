@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi import Request, Response
+from fastapi import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import StateDep, visible_owner
@@ -62,7 +62,7 @@ async def panels(
 
 
 @router.get("/jobs/{job_id}/live", name="ui-job-live", response_class=EventSourceResponse)
-async def live(job_id: str, request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+async def live(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
     job_uuid = parse_job_id(job_id)
     watcher = await state.feeds.open(job_uuid, viewer.principal.key_id)
     try:

@@ -73,9 +73,7 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def page(
-    request: Request, name: str, viewer: Viewer | None, status_code: int = 200, **ctx: Any
-) -> Response:
+def page(name: str, viewer: Viewer | None, status_code: int = 200, **ctx: Any) -> Response:
     return html(
         render(name, viewer=viewer, csrf=viewer.session.csrf_token if viewer else "", **ctx),
         status_code,
@@ -125,8 +123,10 @@ async def root() -> Response:
 
 
 @router.get("/login", name="ui-login-form")
-async def login_form(request: Request, next: str | None = None) -> Response:
-    return page(request, "login.html", None, next=safe_next(next), error=None)
+async def login_form(
+    target: Annotated[str | None, Query(alias="next", max_length=2000)] = None,
+) -> Response:
+    return page("login.html", None, next=safe_next(target), error=None)
 
 
 @router.post("/login", name="ui-login")
@@ -139,7 +139,6 @@ async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
         principal = await authenticate(conn, key) if key else None
     if principal is None:
         return page(
-            request,
             "login.html",
             None,
             status_code=401,
@@ -234,7 +233,6 @@ KindFilter = Annotated[list[str], Query(alias="kind")]
 
 @router.get("/jobs", name="ui-jobs")
 async def jobs_page(
-    request: Request,
     state: StateDep,
     viewer: CurrentViewer,
     states: StateFilter = [],  # noqa: B006 - FastAPI copies the default
@@ -243,12 +241,11 @@ async def jobs_page(
     cursor: str | None = None,
 ) -> Response:
     listing = await _listing(state, viewer, states, kinds, owner, cursor)
-    return page(request, "jobs.html", viewer, **listing)
+    return page("jobs.html", viewer, **listing)
 
 
 @router.get("/jobs/table", name="ui-jobs-table")
 async def jobs_table(
-    request: Request,
     state: StateDep,
     viewer: CurrentViewer,
     states: StateFilter = [],  # noqa: B006
@@ -257,7 +254,7 @@ async def jobs_table(
     cursor: str | None = None,
 ) -> Response:
     listing = await _listing(state, viewer, states, kinds, owner, cursor)
-    return page(request, "jobs_table.html", viewer, **listing)
+    return page("jobs_table.html", viewer, **listing)
 
 
 # --- one job --------------------------------------------------------------------------
@@ -285,19 +282,15 @@ async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobVi
 
 
 @router.get("/jobs/{job_id}", name="ui-job")
-async def job_page(
-    job_id: str, request: Request, state: StateDep, viewer: CurrentViewer
-) -> Response:
+async def job_page(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
     view = await read_view(state, parse_job_id(job_id), viewer)
-    return page(request, "job.html", viewer, view=view)
+    return page("job.html", viewer, view=view)
 
 
 @router.get("/jobs/{job_id}/panel", name="ui-job-panel")
-async def job_panel(
-    job_id: str, request: Request, state: StateDep, viewer: CurrentViewer
-) -> Response:
+async def job_panel(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
     view = await read_view(state, parse_job_id(job_id), viewer)
-    return page(request, "panel.html", viewer, view=view)
+    return page("panel.html", viewer, view=view)
 
 
 @router.post("/jobs/{job_id}/cancel", name="ui-job-cancel")
@@ -335,15 +328,15 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
         viewer,
         notice=notice,
     )
-    return page(request, "panel.html", viewer, view=view)
+    return page("panel.html", viewer, view=view)
 
 
 # --- operators ------------------------------------------------------------------------
 
 
 @router.get("/queue", name="ui-queue")
-async def queue_page(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+async def queue_page(state: StateDep, viewer: CurrentViewer) -> Response:
     if not viewer.is_operator:
         raise UiForbiddenError("The queue view needs the operator role")
     view = await operations.queue(state, viewer.principal)
-    return page(request, "queue.html", viewer, queue=view, states=[s.value for s in JobState])
+    return page("queue.html", viewer, queue=view, states=[s.value for s in JobState])

@@ -163,6 +163,17 @@ async def test_the_status_page_live_in_a_browser(
                     await dialog.accept()
 
                 page.on("dialog", accept)
+                # Script errors and Content-Security-Policy violations, if any.
+                problems: list[str] = []
+                page.on("pageerror", lambda error: problems.append(str(error)))
+                page.on(
+                    "console",
+                    lambda message: (
+                        problems.append(message.text)
+                        if "Content Security Policy" in message.text
+                        else None
+                    ),
+                )
 
                 # Log in through the form.
                 await page.goto(f"{service.url}/ui/jobs")
@@ -235,5 +246,6 @@ async def test_the_status_page_live_in_a_browser(
                 assert answer.status == 404
                 await expect(page.get_by_test_id("not-found")).to_have_text("Not found")
                 await page.screenshot(path=screenshots / "7-not-found.png", full_page=True)
+                assert problems == []
             finally:
                 await browser.close()

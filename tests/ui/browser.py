@@ -23,7 +23,7 @@ LAUNCH_ARGS = [
 def _apt(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     return subprocess.run(
-        ["apt-get", *args], env=env, capture_output=True, text=True, timeout=900, check=False
+        ["apt-get", *args], env=env, capture_output=True, text=True, timeout=420, check=False
     )
 
 

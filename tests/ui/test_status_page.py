@@ -142,6 +142,7 @@ async def shown(page: Page) -> dict[str, list[str]]:
     return seen
 
 
+@pytest.mark.timeout(900)  # a first run may install chromium (apt) during set-up
 async def test_the_status_page_live_in_a_browser(
     service: Service, chromium: Path, screenshots: Path
 ) -> None:

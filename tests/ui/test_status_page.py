@@ -4,8 +4,9 @@ against a real API process and a real worker process on this test's database.
 Steps: log in through the form; cancel a running job from its page (the button, then
 ``cancel_requested``, then ``canceled``); open a running ``coast`` job and see "Building
 tiles: 2 of 6; plan expanded" appear without a reload, then the download link; open a
-failed ``reef`` job: no link; open another owner's job id: "not found". A screenshot of
-each page is written to ``.atlas/ui-screenshots/`` (printed).
+failed ``reef`` job: no link; open another owner's job id: "not found"; log out, log in
+as an operator (back to the page asked for): bob's job and the queue view. A screenshot
+of each page is written to ``.atlas/ui-screenshots/`` (printed).
 
 Workers run ``atlas.bundle`` at the seed timeline's own pace (time scale 1.0): the
 expanded plan shows for 1.5 s, a coast job takes 14 s. A MutationObserver installed in
@@ -69,6 +70,7 @@ class Service:
     url: str
     alice: str
     bob: str
+    operator: str
     fleet: Fleet
 
     def client(self, key: str) -> httpx.AsyncClient:
@@ -89,6 +91,7 @@ async def service(
     async with engine.begin() as conn:
         alice = await create_key(conn, owner="alice", roles=[Role.CLIENT])
         bob = await create_key(conn, owner="bob", roles=[Role.CLIENT])
+        operator = await create_key(conn, owner="ops", roles=[Role.OPERATOR, Role.CLIENT])
     settings = replace(SEED_SETTINGS, bundle_time_scale=1.0)
     fleet = Fleet(database_url, data_dir, settings, {"ATLAS_SIGNING_SECRET": "ui-test-secret"})
     port = free_port()
@@ -101,7 +104,7 @@ async def service(
             ready_url=f"{url}/readyz",
         ):
             fleet.start("ui-worker", concurrency=3)
-            yield Service(url, alice, bob, fleet)
+            yield Service(url, alice, bob, operator, fleet)
     finally:
         fleet.close()
 
@@ -247,6 +250,19 @@ async def test_the_status_page_live_in_a_browser(
                 assert answer.status == 404
                 await expect(page.get_by_test_id("not-found")).to_have_text("Not found")
                 await page.screenshot(path=screenshots / "7-not-found.png", full_page=True)
+
+                # Log out; an operator sees bob's job and the queue view.
+                await page.goto(f"{service.url}/ui/jobs")
+                await page.get_by_role("button", name="Log out").click()
+                await expect(page).to_have_url(f"{service.url}/ui/login")
+                await page.goto(f"{service.url}/ui/jobs/{bobs}")
+                await page.get_by_label("API key").fill(service.operator)
+                await page.get_by_role("button", name="Log in").click()
+                await expect(page).to_have_url(f"{service.url}/ui/jobs/{bobs}")
+                await expect(page.get_by_test_id("state")).to_have_text("succeeded")
+                await page.get_by_role("link", name="Queue").click()
+                await expect(page.get_by_test_id("queue")).to_be_visible()
+                await page.screenshot(path=screenshots / "8-queue.png", full_page=True)
                 assert problems == []
             finally:
                 await browser.close()

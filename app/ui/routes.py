@@ -107,9 +107,13 @@ def parse_job_id(value: str) -> uuid.UUID:
         raise UiNotFoundError() from None
 
 
+_LOCAL_PAGE = re.compile(r"/ui/[A-Za-z0-9._~/?=&%+-]{0,1000}")
+
+
 def safe_next(value: str | None) -> str:
-    """Where to go after logging in: a page of this site, never another host."""
-    if value and value.startswith("/ui/") and not value.startswith("/ui//") and "\\" not in value:
+    """Where to go after logging in: a page of this site (a plain path under ``/ui/``,
+    no scheme, host, ``//``, backslash or control character), else the job list."""
+    if value and _LOCAL_PAGE.fullmatch(value) and "//" not in value:
         return value
     return "/ui/jobs"
 

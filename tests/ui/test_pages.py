@@ -91,6 +91,27 @@ async def test_pages_without_a_session_redirect_to_the_login(app: FastAPI) -> No
         assert 'name="next" value="/ui/jobs"' in login.text
 
 
+async def test_login_goes_back_only_to_a_page_of_this_site(app: FastAPI, keys: Keys) -> None:
+    wanted = f"/ui/jobs/{uuid.uuid4()}"
+    for target, expected in [
+        (wanted, wanted),
+        ("/ui/jobs?state=running&kind=atlas.bundle", "/ui/jobs?state=running&kind=atlas.bundle"),
+        ("https://evil.example/ui/", "/ui/jobs"),
+        ("//evil.example/ui/", "/ui/jobs"),
+        ("/ui//evil.example/", "/ui/jobs"),
+        ("/ui/\\evil.example", "/ui/jobs"),
+        ("/ui/jobs\r\nSet-Cookie: x=1", "/ui/jobs"),
+        ("/v1/jobs", "/ui/jobs"),
+    ]:
+        async with browser(app) as http:
+            answer = await http.post(
+                "/ui/login", data={"api_key": keys.alice, "next": target}, headers=SAME_ORIGIN
+            )
+            assert answer.status_code == 303, target
+            assert answer.headers["location"] == expected, target
+            assert "x=1" not in answer.headers.get_list("set-cookie")[0]
+
+
 async def test_posts_need_the_session_token_and_our_origin(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:

@@ -108,6 +108,30 @@ async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:
     return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles))
 
 
+def key_fingerprint(key_hash: str) -> str:
+    """A short digest of a key's stored hash: what a browser session carries to prove
+    which key it was opened with (never the key, nor the hash itself)."""
+    return hashlib.sha256(b"atlas-jobs.session.v1:" + key_hash.encode("ascii")).hexdigest()[:32]
+
+
+async def authenticate_with_fingerprint(
+    conn: AsyncConnection, key_id: uuid.UUID, fingerprint: str
+) -> Principal | None:
+    """The principal of key ``key_id`` while it is not revoked and its stored hash still
+    has ``fingerprint`` (a browser session re-checks this on every request: revoking
+    the key ends the session)."""
+    row = (
+        await conn.execute(
+            select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.owner, api_keys.c.roles).where(
+                api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)
+            )
+        )
+    ).first()
+    if row is None or not hmac.compare_digest(key_fingerprint(row.key_hash), fingerprint):
+        return None
+    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles))
+
+
 async def list_keys(conn: AsyncConnection, *, owner: str | None = None) -> Sequence[KeyListing]:
     query = select(api_keys).order_by(api_keys.c.created_at)
     if owner is not None:

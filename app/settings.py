@@ -85,6 +85,19 @@ class Settings(BaseSettings):
         default=None, description="Secret for download URLs; generated under data_dir if unset."
     )
     download_url_ttl_seconds: int = Field(default=900, gt=0)
+    ui_session_ttl_seconds: int = Field(
+        default=8 * 3600,
+        gt=0,
+        description="A status-page login lasts this long (then the API key is asked again).",
+    )
+    ui_cookie_secure: bool = Field(
+        default=False,
+        description=(
+            "Mark the status page's session cookie Secure even when the request arrived "
+            "over plain HTTP (set it behind a TLS-terminating proxy); https requests "
+            "always get Secure."
+        ),
+    )
     log_format: str = Field(default="console", pattern="^(console|json)$")
     log_level: str = Field(default="INFO")
     db_pool_size: int = Field(

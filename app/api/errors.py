@@ -8,7 +8,7 @@ its own ``type`` URI so clients branch on the type, never on the human text.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import structlog
@@ -416,14 +416,22 @@ def unexpected_error_fields(exc: BaseException) -> dict[str, Any]:
     return fields
 
 
-def install_error_handlers(app: FastAPI) -> None:
+PageForError = Callable[[Request, ApiError], Response | None]
+"""An HTML answer for an error on some paths (the status page's), else ``None``."""
+
+
+def install_error_handlers(app: FastAPI, *, page_for: PageForError | None = None) -> None:
+    def respond(request: Request, error: ApiError) -> Response:
+        page = page_for(request, error) if page_for is not None else None
+        return page if page is not None else problem_response(error)
+
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return problem_response(exc)
+        return respond(request, exc)
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return problem_response(_from_validation(exc))
+        return respond(request, _from_validation(exc))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -434,15 +442,15 @@ def install_error_handlers(app: FastAPI) -> None:
             allowed = allowed_methods(request.url.path, request.app.openapi().get("paths", {}))
             if allowed:
                 error.headers["Allow"] = ", ".join(allowed)
-        return problem_response(error)
+        return respond(request, error)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         context = dict(request.scope.get(LOG_CONTEXT_KEY) or {})
         if database_unavailable(exc):  # an outage, not a bug: 503 + Retry-After
             log.warning("database_unavailable", **{**context, **unexpected_error_fields(exc)})
-            return problem_response(DatabaseUnavailableError())
+            return respond(request, DatabaseUnavailableError())
         log.error("unhandled_error", **{**context, **unexpected_error_fields(exc)})
-        return problem_response(ApiError())
+        return respond(request, ApiError())
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -45,6 +45,8 @@ from app.settings import Settings, get_settings
 from app.signing import signer_from_settings
 from app.storage import make_store
 from app.transitions import Transitions
+from app.ui import api_error_page, install_ui, ui_templates
+from app.ui.errors import UI_PREFIX
 
 DESCRIPTION = """\
 Asynchronous request-reply jobs. `POST /v1/jobs` answers `202 Accepted` with the
@@ -140,7 +142,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         health.router,
     ):
         app.include_router(router)
-    install_error_handlers(app)
+    install_error_handlers(app, page_for=api_error_page)
+    install_ui(app)
     install_openapi(app)
     install_docs(app)
     app.add_middleware(
@@ -148,10 +151,13 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         max_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
         max_header_bytes=settings.http_max_header_bytes,
+        form_paths=(UI_PREFIX + "/",),
     )
 
+    pages = ui_templates()
+
     def templates() -> frozenset[str]:
-        return frozenset(app.openapi().get("paths", {}))
+        return frozenset(app.openapi().get("paths", {})) | pages
 
     app.add_middleware(RequestContextMiddleware, metrics=metrics, templates=templates)
     return app

@@ -186,7 +186,8 @@ def _unstorable_body(body: bytes) -> list[Location]:
 class BodyGuardMiddleware:
     """The request guard. 413 for bodies over the limit -- decided from Content-Length,
     or by counting a streamed body and stopping at the limit, never after reading it
-    all -- 415 for a body that is not JSON, and 422 naming the field for text
+    all -- 415 for a body that is not JSON (form-encoded bodies pass on ``form_paths``,
+    the status page's forms), and 422 naming the field for text
     PostgreSQL cannot store, in the body, the query string or a header. The accepted
     body is replayed to the app unchanged."""
 
@@ -196,8 +197,10 @@ class BodyGuardMiddleware:
         max_body_bytes: int,
         body_timeout_seconds: float = 30.0,
         max_header_bytes: int = 64 * 1024,
+        form_paths: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        self.form_paths = form_paths
         self.max_body_bytes = max_body_bytes
         self.body_timeout_seconds = body_timeout_seconds
         self.max_header_bytes = max_header_bytes
@@ -268,7 +271,8 @@ class BodyGuardMiddleware:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        if body and not _is_json(_header(scope, b"content-type")):
+        content_type = _header(scope, b"content-type")
+        if body and not (_is_json(content_type) or self._form_allowed(scope, content_type)):
             await self._answer(scope, receive, send, UnsupportedMediaTypeError())
             return
         unstorable = _unstorable_body(body)
@@ -286,6 +290,13 @@ class BodyGuardMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _form_allowed(self, scope: Scope, content_type: str | None) -> bool:
+        """HTML forms (the status page's) may post form-encoded bodies on their paths."""
+        media = (content_type or "").split(";", 1)[0].strip().lower()
+        return media == "application/x-www-form-urlencoded" and any(
+            scope["path"].startswith(prefix) for prefix in self.form_paths
+        )
 
     def _too_large(self) -> ApiError:
         return PayloadTooLargeError(

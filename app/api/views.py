@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.api.schemas import (
@@ -15,10 +15,12 @@ from app.api.schemas import (
     JobLinks,
     JobPublic,
     ProgressPublic,
+    ResultFile,
     StagePublic,
     WaitPublic,
 )
 from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from app.signing import DownloadGrant, DownloadSigner
 
 API_PREFIX = "/v1"
 
@@ -115,6 +117,29 @@ def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
             cancel=None if is_terminal(state) else f"{path}/cancel",
         ),
     )
+
+
+def result_files(
+    job: Any, signer: DownloadSigner, key_id: uuid.UUID, base_url: str
+) -> list[ResultFile]:
+    """The published files of a job row, each with a download URL signed for the key
+    ``key_id`` (revoking the key revokes its links). Call only for an ``available``
+    delivery: nothing here checks it."""
+    expires = datetime.now(UTC) + timedelta(seconds=signer.ttl_seconds)
+    files = []
+    for entry in (job.result_ref or {}).get("files", []):
+        token = signer.sign(DownloadGrant(job.id, job.owner, entry["name"], key_id))
+        files.append(
+            ResultFile(
+                name=entry["name"],
+                size=entry["size"],
+                sha256=entry["sha256"],
+                url=f"{base_url}/v1/downloads/{token}",
+                token=token,
+                url_expires_at=expires,
+            )
+        )
+    return files
 
 
 def history_item(row: Any) -> HistoryItem:

@@ -118,6 +118,14 @@ def test_the_wheel_installs_migrates_and_is_ready(empty_database: str, tmp_path:
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.2)
         assert ready.json()["checks"] == {"database": "ok", "migrations": "ok", "draining": "no"}
+        # The status page ships in the wheel: its templates and the vendored htmx.
+        login = httpx.get(f"http://127.0.0.1:{port}/ui/login", timeout=10)
+        assert login.status_code == 200
+        assert 'name="api_key"' in login.text
+        for name in ("htmx.min.js", "htmx-ext-sse.min.js", "ui.js", "ui.css"):
+            served = httpx.get(f"http://127.0.0.1:{port}/ui/static/{name}", timeout=10)
+            assert served.status_code == 200, name
+            assert served.content == (REPO / "app" / "ui" / "static" / name).read_bytes()
     finally:
         api.terminate()
         api.wait(timeout=60)

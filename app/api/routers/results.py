@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
@@ -26,11 +25,11 @@ from app.api.errors import (
 )
 from app.api.reading import read_status_once
 from app.api.responses import problems, public_problems
-from app.api.schemas import DeliveryPublic, ResultFile, ResultPublic
-from app.api.views import effective_delivery
+from app.api.schemas import DeliveryPublic, ResultPublic
+from app.api.views import effective_delivery, result_files
 from app.db import reads
 from app.lifecycle import DeliveryState
-from app.signing import DownloadGrant, ExpiredDownloadTokenError, InvalidDownloadTokenError
+from app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
 
 router = APIRouter(prefix="/v1", tags=["results"])
 
@@ -61,22 +60,8 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
             state=public.state.value,
             delivery=delivery.value,
         )
-    signer = state.signer
-    base = state.settings.public_base_url  # never the request's Host header
-    expires = datetime.now(UTC) + timedelta(seconds=signer.ttl_seconds)
-    files = []
-    for entry in (job.result_ref or {}).get("files", []):
-        token = signer.sign(DownloadGrant(job.id, job.owner, entry["name"], principal.key_id))
-        files.append(
-            ResultFile(
-                name=entry["name"],
-                size=entry["size"],
-                sha256=entry["sha256"],
-                url=f"{base}/v1/downloads/{token}",
-                token=token,
-                url_expires_at=expires,
-            )
-        )
+    # The base URL is the configured one, never the request's Host header.
+    files = result_files(job, state.signer, principal.key_id, state.settings.public_base_url)
     return ResultPublic(
         job_id=job.id,
         delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),

@@ -1,0 +1,75 @@
+"""``GET /ui/jobs/{id}/live``: the job page's Server-Sent Events.
+
+The page's browser cannot send an ``Authorization`` header on an EventSource, so this
+stream is authenticated by the session cookie. It follows the job's shared feed
+(:class:`~app.api.feeds.FeedHub`): one database read per change of the job, shared with
+every API long-poll and event stream watching it, and the same per-key and per-process
+watcher caps (429 / 503). Each event ``panel`` carries the job's panel rendered from the
+feed's snapshot -- no query per viewer -- and htmx swaps it in (``sse-swap``). When the
+job is terminal and its delivery settled, an event ``done`` closes the stream
+(``sse-close``), so a finished page does not reconnect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import StateDep, visible_owner
+from app.api.feeds import Watcher
+from app.api.routers.events import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
+from app.api.snapshots import Snapshot
+from app.api.state import ApiState
+from app.api.views import history_item
+from app.lifecycle import DeliveryState, JobState
+from app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
+from app.ui.rendering import HISTORY_SHOWN, job_view, render, settled
+from app.ui.routes import files_for, parse_job_id, router
+
+
+def render_panel(state: ApiState, snapshot: Snapshot, viewer: Viewer) -> str:
+    assert snapshot.job is not None
+    assert snapshot.status is not None
+    history = [history_item(row) for row in snapshot.history[-HISTORY_SHOWN:]]
+    view = job_view(snapshot.status, history, files_for(state, snapshot.job, viewer), viewer)
+    return render("panel.html", view=view, viewer=viewer, csrf=viewer.session.csrf_token)
+
+
+async def panels(
+    state: ApiState, watcher: Watcher, viewer: Viewer
+) -> AsyncIterator[ServerSentEvent]:
+    owner = visible_owner(viewer.principal)
+    try:
+        yield ServerSentEvent(retry=RETRY_MILLISECONDS, sep=SEP)
+        snapshot = watcher.snapshot
+        while snapshot is not None:
+            job = snapshot.visible_to(owner)
+            if job is None:
+                return
+            yield ServerSentEvent(render_panel(state, snapshot, viewer), event="panel", sep=SEP)
+            if settled(JobState(job.state), DeliveryState(job.delivery_state)):
+                yield ServerSentEvent("settled", event="done", sep=SEP)
+                return
+            found = await watcher.next(KEEPALIVE_SECONDS)
+            if found is None and state.feeds.draining:
+                return
+            if found is not None:
+                snapshot = found
+    finally:
+        watcher.close()
+
+
+@router.get("/jobs/{job_id}/live", name="ui-job-live", response_class=EventSourceResponse)
+async def live(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
+    job_uuid = parse_job_id(job_id)
+    watcher = await state.feeds.open(job_uuid, viewer.principal.key_id)
+    try:
+        snapshot = watcher.snapshot
+        if snapshot is None or snapshot.visible_to(visible_owner(viewer.principal)) is None:
+            raise UiNotFoundError()
+        return WatchedStream(panels(state, watcher, viewer), watcher=watcher)
+    except BaseException:
+        watcher.close()
+        raise

@@ -1,0 +1,346 @@
+"""The status page's routes under ``/ui`` (HTML, left out of the OpenAPI document).
+
+Reads go through the same functions as the API's routers (``reads.list_jobs`` + stage
+rows for a page, ``reads.get_job`` scoped by :func:`~app.api.deps.visible_owner`), so a
+page shows what the API shows the same key. The one write -- Cancel -- goes through
+``Transitions.request_cancel``, as ``POST /v1/jobs/{id}/cancel`` does, and its answer
+comes from the row the move returned (read on the same transaction's connection).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from app.api.deps import StateDep, visible_owner
+from app.api.errors import ApiError, JobNotFoundError
+from app.api.reading import answer, public_status
+from app.api.routers import operations
+from app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
+from app.api.schemas import JobPublic, ResultFile
+from app.api.state import ApiState
+from app.api.views import effective_delivery, history_item, job_status, result_files
+from app.apikeys import authenticate, hash_key, key_fingerprint
+from app.db import reads
+from app.lifecycle import ALL_STATES, DeliveryState, JobState
+from app.ui.auth import (
+    CSRF_FIELD,
+    CSRF_HEADER,
+    CodecDep,
+    CurrentViewer,
+    UiForbiddenError,
+    UiNotFoundError,
+    Viewer,
+    check_csrf,
+    check_same_origin,
+    viewer_from_cookie,
+)
+from app.ui.rendering import HISTORY_SHOWN, JobView, job_view, label_of, render
+from app.ui.session import COOKIE_NAME, COOKIE_PATH, new_session
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+PAGE_SIZE: Final = 25
+MAX_FORM_FIELDS: Final = 20
+CONTENT_SECURITY_POLICY: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+PAGE_HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # Never to another site (pages hold signed download links); same-origin keeps the
+    # Origin header on form posts (with no-referrer a browser sends "Origin: null").
+    "Referrer-Policy": "same-origin",
+}
+_CURSOR = re.compile(CURSOR_PATTERN)
+_STATE_NAMES: Final = frozenset(s.value for s in ALL_STATES)
+
+
+def html(body: str, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return HTMLResponse(body, status_code=status_code, headers={**PAGE_HEADERS, **(headers or {})})
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def page(name: str, viewer: Viewer | None, status_code: int = 200, **ctx: Any) -> Response:
+    return html(
+        render(name, viewer=viewer, csrf=viewer.session.csrf_token if viewer else "", **ctx),
+        status_code,
+    )
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (the only kind the pages send)."""
+    body = await request.body()
+    if not body:
+        return {}
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise UiForbiddenError("The page's forms send application/x-www-form-urlencoded")
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8", errors="replace"),
+            keep_blank_values=True,
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except ValueError:
+        raise UiForbiddenError("Too many form fields") from None
+    return dict(pairs)
+
+
+def parse_job_id(value: str) -> uuid.UUID:
+    """A malformed id is answered like an unknown one: "not found"."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise UiNotFoundError() from None
+
+
+_LOCAL_PAGE = re.compile(r"/ui/[A-Za-z0-9._~/?=&%+-]{0,1000}")
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after logging in: a page of this site (a plain path under ``/ui/``,
+    no scheme, host, ``//``, backslash or control character), else the job list."""
+    if value and _LOCAL_PAGE.fullmatch(value) and "//" not in value:
+        return value
+    return "/ui/jobs"
+
+
+# --- login / logout -------------------------------------------------------------------
+
+
+@router.get("", name="ui-root")
+async def root() -> Response:
+    return RedirectResponse("/ui/jobs", status_code=303)
+
+
+@router.get("/login", name="ui-login-form")
+async def login_form(
+    target: Annotated[str | None, Query(alias="next", max_length=2000)] = None,
+) -> Response:
+    return page("login.html", None, next=safe_next(target), error=None)
+
+
+@router.post("/login", name="ui-login")
+async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
+    check_same_origin(request, state.settings.public_url)
+    form = await read_form(request)
+    key = form.get("api_key", "").strip()
+    target = safe_next(form.get("next"))
+    async with state.reads.connect() as conn:
+        principal = await authenticate(conn, key) if key else None
+    if principal is None:
+        return page(
+            "login.html",
+            None,
+            status_code=401,
+            next=target,
+            error="Unknown or revoked API key.",
+        )
+    session = new_session(principal.key_id, key_fingerprint(hash_key(key)))
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE_NAME,
+        codec.encode(session),
+        max_age=codec.ttl_seconds,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https" or state.settings.ui_cookie_secure,
+    )
+    response.headers.update(PAGE_HEADERS)
+    return response
+
+
+@router.post("/logout", name="ui-logout")
+async def logout(request: Request, state: StateDep, codec: CodecDep) -> Response:
+    check_same_origin(request, state.settings.public_url)
+    form = await read_form(request)
+    viewer = await viewer_from_cookie(request, state, codec)
+    if viewer is not None:
+        check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
+# --- the job list ---------------------------------------------------------------------
+
+
+async def _listing(
+    state: ApiState,
+    viewer: Viewer,
+    states: Sequence[str],
+    kinds: Sequence[str],
+    owner: str | None,
+    cursor: str | None,
+) -> dict[str, Any]:
+    unknown = sorted(set(states) - _STATE_NAMES)
+    if unknown:
+        raise UiBadFilterError(f"Unknown state {unknown[0]!r}")
+    if cursor is not None and not _CURSOR.fullmatch(cursor):
+        raise UiBadFilterError("Malformed page cursor")
+    if any(len(k) > 200 for k in kinds) or len(kinds) > 20:
+        raise UiBadFilterError("Too many or too long kind filters")
+    wanted_owner = (owner or "").strip() or viewer.principal.owner
+    if wanted_owner != viewer.principal.owner and not viewer.is_operator:
+        raise UiForbiddenError("Only operators list other owners' jobs")
+    query = reads.JobFilter(
+        owner=wanted_owner,
+        states=list(states),
+        kinds=[k for k in kinds if k],
+        before_seq=int(cursor[1:]) if cursor else None,
+        limit=PAGE_SIZE,
+    )
+    async with state.reads.connect() as conn:
+        rows = await reads.list_jobs(conn, query, now=state.clock.now())
+        shown = rows[:PAGE_SIZE]
+        stages = await reads.stages_for(conn, [row.id for row in shown])
+    statuses = [job_status(row, stages[row.id]) for row in shown]
+    filters: list[tuple[str, str]] = [("state", s) for s in states]
+    filters += [("kind", k) for k in query.kinds]
+    if wanted_owner != viewer.principal.owner:
+        filters.append(("owner", wanted_owner))
+    more = len(rows) > PAGE_SIZE and shown
+    return {
+        "items": [(s, label_of(s)[0]) for s in statuses],
+        "owner": wanted_owner,
+        "states": list(states),
+        "kinds": query.kinds,
+        "all_states": [s.value for s in ALL_STATES],
+        "query": urlencode(filters + ([("cursor", cursor)] if cursor else [])),
+        "next_query": urlencode([*filters, ("cursor", f"c{shown[-1].seq}")]) if more else None,
+        "first_query": urlencode(filters),
+        "paged": cursor is not None,
+    }
+
+
+class UiBadFilterError(UiForbiddenError):
+    """A filter the list cannot apply (answered 422 with the reason)."""
+
+
+StateFilter = Annotated[list[str], Query(alias="state")]
+KindFilter = Annotated[list[str], Query(alias="kind")]
+
+
+@router.get("/jobs", name="ui-jobs")
+async def jobs_page(
+    state: StateDep,
+    viewer: CurrentViewer,
+    states: StateFilter = [],  # noqa: B006 - FastAPI copies the default
+    kinds: KindFilter = [],  # noqa: B006
+    owner: str | None = None,
+    cursor: str | None = None,
+) -> Response:
+    listing = await _listing(state, viewer, states, kinds, owner, cursor)
+    return page("jobs.html", viewer, **listing)
+
+
+@router.get("/jobs/table", name="ui-jobs-table")
+async def jobs_table(
+    state: StateDep,
+    viewer: CurrentViewer,
+    states: StateFilter = [],  # noqa: B006
+    kinds: KindFilter = [],  # noqa: B006
+    owner: str | None = None,
+    cursor: str | None = None,
+) -> Response:
+    listing = await _listing(state, viewer, states, kinds, owner, cursor)
+    return page("jobs_table.html", viewer, **listing)
+
+
+# --- one job --------------------------------------------------------------------------
+
+
+def files_for(state: ApiState, job: Any, viewer: Viewer) -> list[ResultFile]:
+    """Signed links exactly when ``GET /v1/jobs/{id}/result`` would give them; relative
+    URLs, so the browser stays on the origin that served the page."""
+    if effective_delivery(job) != DeliveryState.AVAILABLE:
+        return []
+    return result_files(job, state.signer, viewer.principal.key_id, "")
+
+
+async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobView:
+    async with state.reads.connect() as conn:
+        job = await reads.get_job(
+            conn, job_id, owner=visible_owner(viewer.principal), now=state.clock.now()
+        )
+        if job is None:
+            raise UiNotFoundError()
+        status = await public_status(conn, job)
+        rows = await reads.history_tail(conn, job_id, limit=HISTORY_SHOWN)
+    history = [history_item(row) for row in rows]
+    return job_view(status, history, files_for(state, job, viewer), viewer)
+
+
+@router.get("/jobs/{job_id}", name="ui-job")
+async def job_page(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
+    view = await read_view(state, parse_job_id(job_id), viewer)
+    return page("job.html", viewer, view=view)
+
+
+@router.get("/jobs/{job_id}/panel", name="ui-job-panel")
+async def job_panel(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
+    view = await read_view(state, parse_job_id(job_id), viewer)
+    return page("panel.html", viewer, view=view)
+
+
+@router.post("/jobs/{job_id}/cancel", name="ui-job-cancel")
+async def cancel(job_id: str, request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    check_same_origin(request, state.settings.public_url)
+    form = await read_form(request)
+    check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
+    job_uuid = parse_job_id(job_id)
+    principal = viewer.principal
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.request_cancel(
+            conn,
+            job_uuid,
+            actor=actor_for(principal),
+            owner=visible_owner(principal),
+            request_id=request_id(),
+        )
+        reply = await answer(conn, outcome, Response())
+        if isinstance(reply, JobNotFoundError) or outcome.job is None:
+            raise UiNotFoundError()
+        notice: str | None = None
+        status: JobPublic
+        if isinstance(reply, ApiError):  # the cancel lost (recorded); show the winner
+            notice = reply.detail
+            status = await public_status(conn, outcome.job)
+        else:
+            status = reply
+        rows = await reads.history_tail(conn, job_uuid, limit=HISTORY_SHOWN)
+    if not is_htmx(request):  # a plain form post: back to the page (post/redirect/get)
+        return RedirectResponse(f"/ui/jobs/{job_uuid}", status_code=303)
+    view = job_view(
+        status,
+        [history_item(row) for row in rows],
+        files_for(state, outcome.job, viewer),
+        viewer,
+        notice=notice,
+    )
+    return page("panel.html", viewer, view=view)
+
+
+# --- operators ------------------------------------------------------------------------
+
+
+@router.get("/queue", name="ui-queue")
+async def queue_page(state: StateDep, viewer: CurrentViewer) -> Response:
+    if not viewer.is_operator:
+        raise UiForbiddenError("The queue view needs the operator role")
+    view = await operations.queue(state, viewer.principal)
+    return page("queue.html", viewer, queue=view, states=[s.value for s in JobState])

@@ -1,0 +1,19 @@
+// The status page's own script: the CSRF token on every htmx request, and the
+// "Updates" badge following the event stream. No inline script (the CSP forbids it).
+(function () {
+  "use strict";
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : "";
+  }
+  function setLive(text) {
+    var badge = document.getElementById("live-state");
+    if (badge) { badge.textContent = text; }
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    event.detail.headers["X-CSRF-Token"] = csrfToken();
+  });
+  document.addEventListener("htmx:sseOpen", function () { setLive("live"); });
+  document.addEventListener("htmx:sseError", function () { setLive("reconnecting"); });
+  document.addEventListener("htmx:sseClose", function () { setLive("finished"); });
+})();

@@ -35,6 +35,7 @@ TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 """A W3C trace context ``traceparent`` of version 00 (what is stored with a job)."""
 
 _configured = False
+_engine_instrumented = False
 
 
 class TracingUnavailableError(RuntimeError):
@@ -63,11 +64,55 @@ def configure(settings: Settings, service_name: str) -> bool:
             "ATLAS_OTEL_ENABLED=1 needs the otel extra: pip install 'atlas-jobs[otel]'"
         ) from exc
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": name}), sampler=_statements_in_context()
+    )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     _configured = True
     return True
+
+
+def _statements_in_context() -> Any:
+    """The default sampler (parent-based, always on), except that a client span (a SQL
+    statement, a connect) with no parent is dropped: a worker's claim loop, heartbeats
+    and maintenance query several times a second, and a trace per poll would bury the
+    traces of requests and attempts. Statements inside a request or an attempt are
+    kept."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import (
+        ALWAYS_ON,
+        Decision,
+        ParentBased,
+        Sampler,
+        SamplingResult,
+    )
+
+    class StatementsInContext(Sampler):
+        def __init__(self) -> None:
+            self.default = ParentBased(ALWAYS_ON)
+
+        def should_sample(
+            self,
+            parent_context: Any,
+            trace_id: int,
+            name: str,
+            kind: Any = None,
+            attributes: Any = None,
+            links: Any = None,
+            trace_state: Any = None,
+        ) -> SamplingResult:
+            orphan = not trace.get_current_span(parent_context).get_span_context().is_valid
+            if orphan and kind == trace.SpanKind.CLIENT:  # set its attributes only later
+                return SamplingResult(Decision.DROP)
+            return self.default.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+
+        def get_description(self) -> str:
+            return "StatementsInContext(ParentBased(ALWAYS_ON))"
+
+    return StatementsInContext()
 
 
 def flush() -> None:
@@ -88,16 +133,40 @@ def instrument_app(app: FastAPI) -> None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="livez,readyz,metrics")
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls="livez,readyz,metrics", server_request_hook=_without_query
+    )
+
+
+def _without_query(span: Any, scope: dict[str, Any]) -> None:
+    """Keep query strings out of server spans: a download URL's signature is a secret
+    (the logs never carry one either), and the path names everything a trace needs."""
+    if not scope.get("query_string") or not span.is_recording():
+        return
+    attributes = getattr(span, "attributes", None) or {}
+    for key in ("http.url", "url.full", "http.target"):
+        value = attributes.get(key)
+        if isinstance(value, str) and "?" in value:
+            span.set_attribute(key, value.split("?", 1)[0])
+    if "url.query" in attributes:
+        span.set_attribute("url.query", "")
 
 
 def instrument_engine(engine: AsyncEngine) -> None:
-    """One span per SQL statement run through ``engine`` (under the current span)."""
-    if not _configured:
+    """One span per SQL statement run through ``engine`` (under the current span): the
+    process's main engine (the instrumentor is a process-wide singleton that takes one
+    call). Its package declares ``sqlalchemy < 2.1`` but hooks only the core cursor
+    events 2.1 keeps, hence ``skip_dep_check`` (``tests/ops/test_tracing.py`` checks
+    the spans arrive)."""
+    global _engine_instrumented
+    if not _configured or _engine_instrumented:
         return
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 
-    SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, enable_commenter=False)
+    SQLAlchemyInstrumentor().instrument(
+        engine=engine.sync_engine, enable_commenter=False, skip_dep_check=True
+    )
+    _engine_instrumented = True
 
 
 def current_traceparent() -> str | None:

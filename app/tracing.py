@@ -10,7 +10,8 @@ variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOI
   history ``data`` (ids only), so ``GET /v1/jobs/{id}/history`` shows the trace;
 * a worker: every attempt runs in a span (``attempt <kind>``) whose parent is that
   request's span -- the same trace id, however many attempts and workers later --
-  with the SQL statements of the attempt beneath it.
+  with the SQL statements of the attempt beneath it; the attempt's log lines carry
+  that ``trace_id``.
 
 Span attributes carry ids only (job, attempt, kind, attempt number) and SQL text with
 bound parameters, never a payload. Nothing here imports OpenTelemetry's SDK unless
@@ -24,6 +25,8 @@ import os
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -212,7 +215,12 @@ def attempt_span(
         "atlas.kind": kind,
         "atlas.attempt": attempt,
     }
-    with tracer.start_as_current_span(
-        f"attempt {kind}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes
+    with (
+        tracer.start_as_current_span(
+            f"attempt {kind}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes
+        ) as span,
+        structlog.contextvars.bound_contextvars(
+            trace_id=format(span.get_span_context().trace_id, "032x")
+        ),
     ):
-        yield
+        yield  # the attempt's log lines carry its trace id

@@ -9,6 +9,7 @@ Off by default, nothing of the SDK is imported (a normal install has no extra)."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -122,6 +123,7 @@ def traced(database_url: str, collector: Collector, tmp_path: Path) -> Iterator[
         "ATLAS_BUNDLE_TIME_SCALE": "0.01",
         "ATLAS_SHUTDOWN_GRACE_SECONDS": "2",
         "ATLAS_OTEL_ENABLED": "1",
+        "ATLAS_LOG_FORMAT": "json",
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
@@ -149,7 +151,7 @@ def traced(database_url: str, collector: Collector, tmp_path: Path) -> Iterator[
 
 
 async def test_a_jobs_attempt_continues_the_trace_of_the_request_that_created_it(
-    traced: str, collector: Collector, engine: AsyncEngine
+    traced: str, collector: Collector, engine: AsyncEngine, tmp_path: Path
 ) -> None:
     keys = await make_keys(engine)
     async with httpx.AsyncClient(base_url=traced, headers=keys.a, timeout=30) as http:
@@ -210,6 +212,10 @@ async def test_a_jobs_attempt_continues_the_trace_of_the_request_that_created_it
     [traceparent] = traceparents  # one request: one span both jobs continue
     bundle = attempts[job_ids[0]]
     assert bundle.name == "attempt atlas.bundle"
+    # The attempt's log lines carry the trace id too.
+    lines = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines()]
+    done = [line for line in lines if line.get("event") == "job.succeeded"]
+    assert (job_ids[0], TRACE_ID) in {(line["job_id"], line.get("trace_id")) for line in done}
 
     ours = [s for s in collector.spans if s.trace_id == TRACE_ID]
     request = [s for s in ours if s.service == "atlas-jobs-api" and s.parent_span_id == CALLER_SPAN]

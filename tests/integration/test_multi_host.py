@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url

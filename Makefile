@@ -14,7 +14,7 @@ CHAOS ?= full
 CHAOS_ONLY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg15 bench lint format openapi docs sdk-ts chaos audit clean
+.PHONY: help install run test test-pg15 test-failover bench lint format openapi docs sdk-ts chaos audit clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ test: lint ## Lint, then run the whole suite against a real PostgreSQL
 
 test-pg15: $(STAMP) ## The suite against a throwaway system PostgreSQL 15 (Debian binaries)
 	scripts/test-on-postgres.sh 15 $(PYTEST_ARGS)
+
+test-failover: $(STAMP) ## Only the pg_auto_failover test (part of `make test`; about a minute)
+	$(BIN)/python -m pytest -m failover tests/ha $(PYTEST_ARGS)
 
 bench: $(STAMP) ## The project's benchmarks (under 10 min): table + benchmarks/results/bench-*.json
 	$(BIN)/python -m benchmarks.suite

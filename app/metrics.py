@@ -65,6 +65,14 @@ RETRIES = Counter(
     ["kind", "error_code", "outcome"],
     registry=REGISTRY,
 )
+EXTERNAL_OPERATIONS = Counter(
+    "atlas_external_operations",
+    "Outcomes of external operations recorded by this worker process, by destination "
+    "(a configured name) and outcome: attempted, confirmed, awaiting_confirmation, "
+    "refused, uncertain, not_sent, adopted, not_applied_found, undecided, unresolved.",
+    ["destination", "outcome"],
+    registry=REGISTRY,
+)
 DB_POOL_IN_USE = Gauge(
     "atlas_db_pool_connections_in_use",
     "Pooled database connections checked out, by pool (sampled).",

@@ -195,6 +195,14 @@ class Settings(BaseSettings):
         ),
     )
 
+    otel_enabled: bool = Field(
+        default=False,
+        description=(
+            "OpenTelemetry tracing (needs the otel extra): spans exported over OTLP/HTTP "
+            "as the standard OTEL_EXPORTER_OTLP_* variables say."
+        ),
+    )
+
     destinations: dict[str, Destination] = Field(
         default_factory=dict,
         description=(

@@ -17,7 +17,9 @@ named by the job step that makes it. The rules (SPEC section 2):
 * at most ``concurrency`` operations are in flight per destination across every worker
   process: each holds one of the destination's database slots (``app.db.external``);
 * every outcome is an entry of the job's history (``record_operation``, fenced): the
-  operation id, the outcome, the HTTP status or the error's class -- never the body.
+  operation id, the outcome, the HTTP status or the error's class -- never the body;
+  and, once recorded, a count in ``atlas_external_operations_total{destination,
+  outcome}`` (plus ``unresolved`` when reconciliation gives up).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from app import metrics
 from app.db import reads
 from app.db.external import RELEASE_DESTINATION_SLOT, TRY_DESTINATION_SLOT
 from app.destinations import Destination
@@ -131,6 +134,7 @@ class ExternalOperations:
                 if verdict == Verdict.APPLIED:
                     return Receipt(oid, "adopted", found)
                 if verdict == Verdict.UNDECIDED:
+                    metrics.EXTERNAL_OPERATIONS.labels(op.destination, "unresolved").inc()
                     raise UnreconciledError(
                         f"the outcome of {op.step} at {op.destination} is unknown",
                         evidence={"operation_id": str(oid), "destination": op.destination, **found},
@@ -237,6 +241,7 @@ class ExternalOperations:
             checks=checks,
         )
         await self.ctx.record_operation(entry)
+        metrics.EXTERNAL_OPERATIONS.labels(op.destination, outcome).inc()  # once recorded
 
     @asynccontextmanager
     async def _slot(self, name: str, limit: int) -> AsyncIterator[None]:

@@ -28,8 +28,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import metrics
+from app import metrics, tracing
 from app.clock import Clock
+from app.db import reads
 from app.db.engine import (
     WORKER_SESSION_SETTINGS,
     create_engine,
@@ -92,6 +93,7 @@ class WorkerPool:
             server_settings=WORKER_SESSION_SETTINGS,
             pre_ping=False,  # one round trip less per transaction; see create_engine
         )
+        tracing.instrument_engine(self.engine)  # SQL spans (tracing on), under attempts
         self.statements = single_statements(self.engine)
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
         self.store = make_store(settings)
@@ -255,7 +257,14 @@ class WorkerPool:
 
     async def _run_job(self, ctx: JobContext) -> None:
         try:
-            outcome = await self.runner.run(ctx)
+            with tracing.attempt_span(
+                await self._traceparent(ctx),
+                job_id=str(ctx.job_id),
+                attempt_id=str(ctx.attempt_id),
+                kind=ctx.job.kind,
+                attempt=ctx.job.attempt,
+            ):
+                outcome = await self.runner.run(ctx)
             metrics.ATTEMPTS.labels(ctx.job.kind, outcome.value).inc()
         except asyncio.CancelledError:
             pass
@@ -266,6 +275,16 @@ class WorkerPool:
             if entry is not None and entry[0] is ctx:
                 del self._running[ctx.job_id]
             self._slot_freed.set()
+
+    async def _traceparent(self, ctx: JobContext) -> str | None:
+        """The trace the job's creation belongs to (one read per attempt, tracing on)."""
+        if not tracing.enabled():
+            return None
+        try:
+            async with self.engine.connect() as conn:
+                return await reads.creation_traceparent(conn, ctx.job_id)
+        except Exception:  # the attempt runs anyway, in a trace of its own
+            return None
 
     async def _drain(self) -> None:
         """Shutdown: stop at safe points and release; interrupt what the grace cannot."""
@@ -311,6 +330,7 @@ async def serve(
     render_status: RenderStatus | None = None,
 ) -> None:
     """Run a pool until SIGTERM/SIGINT."""
+    tracing.configure(settings, "atlas-jobs-worker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -325,6 +345,7 @@ async def serve(
     try:
         await pool.run(stop)
     finally:
+        tracing.flush()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)

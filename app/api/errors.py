@@ -269,8 +269,15 @@ class DatabaseUnavailableError(ApiError):
 
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # 08 connection exception; 57P01 admin_shutdown, 57P02 crash_shutdown,
-# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections.
-_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections;
+# 25006 read_only_sql_transaction (the node was demoted to a standby, or is read-only
+# during a failover: the engine drops that connection and the retry finds the primary).
+_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "25006"})
+# asyncpg's own classes for "no usable server": none of the hosts of a multi-host URL
+# matches target_session_attrs (every one is a standby, or read-only, mid-failover).
+_UNAVAILABLE_CLASSES = frozenset(
+    {"ConnectionDoesNotExistError", "CannotConnectNowError", "TargetServerAttributeNotMatched"}
+)
 
 
 def database_unavailable(exc: BaseException) -> bool:
@@ -292,8 +299,8 @@ def database_unavailable(exc: BaseException) -> bool:
         sqlstate = str(getattr(cause, "sqlstate", None) or getattr(original, "pgcode", "") or "")
         if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
             return True
-        return type(cause).__name__ == "ConnectionDoesNotExistError"
-    return type(exc).__name__ in {"ConnectionDoesNotExistError", "CannotConnectNowError"}
+        return type(cause).__name__ in _UNAVAILABLE_CLASSES
+    return type(exc).__name__ in _UNAVAILABLE_CLASSES
 
 
 def problem_type_uris() -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import tracing
 from app.api.admission import check_admission
 from app.api.errors import (
     BatchTooLargeError,
@@ -168,6 +169,7 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
         idempotency_key=request.idempotency_key,
+        traceparent=tracing.current_traceparent(),
     )
     digest = (
         None

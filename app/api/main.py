@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from app import __version__
+from app import __version__, tracing
 from app.api.docs_pages import install_docs
 from app.api.errors import install_error_handlers
 from app.api.feeds import FeedHub
@@ -78,6 +78,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
     settings = settings or get_settings()
+    tracing.configure(settings, "atlas-jobs-api")
     clock = clock or SYSTEM_CLOCK
     metrics = ApiMetrics()
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = resolve_database_url(settings)
         engine = create_engine(url, pool_size=settings.db_pool_size, application_name="atlas-api")
+        tracing.instrument_engine(engine)
         notifier = JobChangeNotifier(libpq_url(url))
         await notifier.start()
         caps = WatcherCaps(per_key=settings.watch_max_per_key, total=settings.watch_max_total)
@@ -117,6 +119,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             await feeds.stop()
             await notifier.stop()
             await engine.dispose()
+            tracing.flush()
 
     app = FastAPI(
         title="Atlas Jobs",
@@ -160,4 +163,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         return frozenset(app.openapi().get("paths", {})) | pages
 
     app.add_middleware(RequestContextMiddleware, metrics=metrics, templates=templates)
+    tracing.instrument_app(app)
     return app

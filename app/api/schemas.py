@@ -369,7 +369,9 @@ class HistoryItem(BaseModel):
         default=None,
         description="What the move recorded besides its columns: an error, a deadline, "
         "an external operation's entry (operation_id, outcome, http_status, "
-        "error_class; never a payload or a secret).",
+        "error_class; never a payload or a secret); on the creation, when the service "
+        "traces (OpenTelemetry), the creating request's W3C `traceparent`, which every "
+        "attempt's span continues.",
     )
 
     trigger: ScheduleTrigger | None = Field(

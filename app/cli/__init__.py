@@ -309,6 +309,7 @@ def main() -> None:
 
     from app.cli.preflight import CliFailure
     from app.db.engine import DatabaseUrlError
+    from app.tracing import TracingUnavailableError
 
     try:
         app()
@@ -317,7 +318,7 @@ def main() -> None:
     except Exception as exc:
         if DEBUG or os.environ.get("ATLAS_DEBUG") in {"1", "true", "yes"}:
             raise
-        if isinstance(exc, CliFailure | DatabaseUrlError):
+        if isinstance(exc, CliFailure | DatabaseUrlError | TracingUnavailableError):
             line = str(exc)
         elif isinstance(exc, ValidationError):
             line = "configuration: " + "; ".join(

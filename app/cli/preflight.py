@@ -16,9 +16,7 @@ import socket
 import sys
 import time
 
-from sqlalchemy.engine import make_url
-
-from app.db.engine import create_engine
+from app.db.engine import create_engine, describe_url
 from app.db.migrations import SchemaStatus, schema_status
 
 CONNECT_TIMEOUT_SECONDS = 15.0
@@ -29,9 +27,9 @@ class CliFailure(Exception):  # noqa: N818 - an outcome for the user, not a prog
 
 
 def where(url: str) -> str:
-    """``host:port/database`` of a URL -- never its user or password."""
-    parsed = make_url(url)
-    return f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database or ''}"
+    """``host:port/database`` of a URL (every host of a multi-host one) -- never its user
+    or password."""
+    return describe_url(url)
 
 
 def reason(exc: BaseException) -> str:
@@ -47,6 +45,8 @@ def reason(exc: BaseException) -> str:
         return f"the login was refused ({name})"
     if "InvalidCatalogName" in name:
         return "that database does not exist"
+    if "TargetServerAttributeNotMatched" in name:
+        return "no host accepts writes (target_session_attrs=read-write): a failover in progress?"
     return name
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
@@ -18,10 +19,15 @@ class DatabaseUrlError(ValueError):
 
 
 def normalize_url(url: str) -> str:
-    """Accept the usual ``postgres://``/``postgresql://`` spellings; use asyncpg."""
+    """Accept the usual ``postgres://``/``postgresql://`` spellings; use asyncpg.
+
+    Several hosts are accepted in libpq's form -- ``postgresql://u:p@h1:5432,h2:5432/db
+    ?target_session_attrs=read-write``, what ``pg_autoctl show uri`` prints -- and in
+    SQLAlchemy's (``?host=h1:5432&host=h2:5432``); the result is SQLAlchemy's, every
+    host with its port. libpq's ``sslmode`` becomes asyncpg's ``ssl`` (same values)."""
     try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
+        parsed = make_url(_hosts_into_query(url))
+    except (ArgumentError, ValueError) as exc:
         raise DatabaseUrlError(
             "DATABASE_URL is not a URL (expected postgresql://user:password@host:5432/database)"
         ) from exc
@@ -31,7 +37,52 @@ def normalize_url(url: str) -> str:
         raise DatabaseUrlError(
             f"DATABASE_URL: unsupported database driver {parsed.drivername!r}; use PostgreSQL"
         )
+    hosts = database_hosts(parsed)
+    if len(hosts) > 1:
+        parsed = parsed.update_query_dict({"host": [f"{h}:{p}" for h, p in hosts]})
+    if "sslmode" in parsed.query:
+        parsed = parsed.update_query_dict({"ssl": parsed.query["sslmode"]}).difference_update_query(
+            ["sslmode"]
+        )
     return parsed.render_as_string(hide_password=False)
+
+
+def _hosts_into_query(url: str) -> str:
+    """libpq's ``user@h1:p1,h2:p2/db`` as SQLAlchemy's ``user@/db?host=h1:p1&host=h2:p2``
+    (SQLAlchemy's URL parser takes one host); any other URL unchanged."""
+    parts = urlsplit(url)
+    userinfo, at, hostspec = parts.netloc.rpartition("@")
+    if "," not in hostspec:
+        return url
+    hosts = [f"host={quote(entry, safe=':[]')}" for entry in hostspec.split(",") if entry]
+    query = "&".join([*hosts, parts.query] if parts.query else hosts)
+    return f"{parts.scheme}://{userinfo}{at}{parts.path}?{query}"
+
+
+def database_hosts(url: str | URL) -> list[tuple[str, int]]:
+    """Every ``(host, port)`` of a URL, in the order connections try them (5432 when a
+    port is not given)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    listed = parsed.query.get("host")
+    entries = [listed] if isinstance(listed, str) else list(listed or ())
+    tokens = [token for entry in entries for token in entry.split(",") if token]
+    if len(tokens) <= 1 and not (tokens and ":" in tokens[0]):  # one host (or a socket dir)
+        return [(parsed.host or (tokens[0] if tokens else "localhost"), parsed.port or 5432)]
+    return [_host_and_port(token) for token in tokens]
+
+
+def _host_and_port(token: str) -> tuple[str, int]:
+    host, colon, port = token.rpartition(":")
+    if colon and port.isdigit():
+        return host, int(port)
+    return token, 5432  # no port, or a bare [IPv6] address
+
+
+def describe_url(url: str) -> str:
+    """``host:port[,host:port...]/database`` -- never the user or the password."""
+    parsed = make_url(url)
+    hosts = ",".join(f"{host}:{port}" for host, port in database_hosts(parsed))
+    return f"{hosts}/{parsed.database or ''}"
 
 
 def resolve_database_url(settings: Settings, *, start_embedded: bool = True) -> str:
@@ -46,8 +97,22 @@ def resolve_database_url(settings: Settings, *, start_embedded: bool = True) -> 
 
 
 def libpq_url(url: str) -> str:
-    """The same URL for libpq tools and raw asyncpg (no SQLAlchemy driver suffix)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """The same URL for libpq tools and raw asyncpg (no SQLAlchemy driver suffix): several
+    hosts in libpq's ``h1:p1,h2:p2`` form, ``ssl`` back to ``sslmode``."""
+    parsed = make_url(url).set(drivername="postgresql")
+    if "ssl" in parsed.query:
+        parsed = parsed.update_query_dict({"sslmode": parsed.query["ssl"]}).difference_update_query(
+            ["ssl"]
+        )
+    hosts = database_hosts(parsed)
+    if len(hosts) == 1:
+        return parsed.render_as_string(hide_password=False)
+    single = parsed.difference_update_query(["host"]).set(host="placeholder", port=None)
+    text = single.render_as_string(hide_password=False)
+    hostspec = ",".join(f"{host}:{port}" for host, port in hosts)
+    return text.replace("@placeholder/", f"@{hostspec}/", 1).replace(
+        "://placeholder/", f"://{hostspec}/", 1
+    )
 
 
 def create_engine(
@@ -79,7 +144,26 @@ def create_engine(
     )
     if pre_ping:
         event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
+    event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
     return engine
+
+
+# read_only_sql_transaction: the server we are connected to no longer takes writes --
+# demoted to a standby, or held read-only by pg_auto_failover while it promotes another.
+READ_ONLY_SQLSTATE = "25006"
+
+
+def _read_only_is_a_disconnect(context: ExceptionContext) -> None:
+    """A connection on a server that refuses writes is as good as a closed one: mark it
+    a disconnect, so SQLAlchemy discards it -- and every other connection of the pool,
+    all opened to that server -- and the next checkout connects again, which with
+    ``target_session_attrs=read-write`` finds the new primary. Without this, a pool
+    that reached a demoted primary keeps failing every write on the same connections."""
+    original = context.original_exception
+    cause = getattr(original, "__cause__", None) or original
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(original, "pgcode", None)
+    if sqlstate == READ_ONLY_SQLSTATE:
+        context.is_disconnect = True
 
 
 def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -121,6 +121,21 @@ async def history(
     return list(rows.all())
 
 
+async def creation_traceparent(conn: AsyncConnection, job_id: uuid.UUID) -> str | None:
+    """The W3C ``traceparent`` the job's creation recorded (tracing on), else None."""
+    row = (
+        await conn.execute(
+            select(job_history.c.data["traceparent"].astext.label("traceparent"))
+            .where(
+                job_history.c.job_id == job_id,
+                job_history.c.transition == TransitionName.CREATE.value,
+            )
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else row.traceparent
+
+
 async def history_tail(conn: AsyncConnection, job_id: uuid.UUID, *, limit: int) -> list[Row[Any]]:
     """The job's last ``limit`` history rows, oldest first (a live feed's first read)."""
     rows = await conn.execute(

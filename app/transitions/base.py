@@ -30,6 +30,9 @@ class NewJob:
     trigger: Mapping[str, Any] | None = None
     """What started the job besides a request (a schedule and its tick), recorded in
     the creation's history ``data``."""
+    traceparent: str | None = None
+    """The creating request's W3C trace context when tracing is on (``app.tracing``),
+    recorded in the creation's history ``data``: each attempt's span continues it."""
 
 
 def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict[str, Any]:

@@ -260,4 +260,6 @@ def _creation_data(new: NewJob) -> str | None:
         data["replay_of"] = str(new.replay_of)
     if new.trigger is not None:
         data.update(new.trigger)
+    if new.traceparent is not None:
+        data["traceparent"] = new.traceparent
     return json.dumps(data) if data else None

@@ -158,9 +158,17 @@ class World:
         return items
 
     def start_worker(self, name: str, *, concurrency: int = 4) -> WorkerProcess:
-        worker = self.fleet.start(name, concurrency=concurrency)
+        worker = self.fleet.start(name, concurrency=concurrency, metrics_port=free_port())
         self.workers.append(worker)
         return worker
+
+
+async def worker_metrics(worker: WorkerProcess) -> str:
+    """The worker's Prometheus text (``--metrics-port``)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await http.get(f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    assert answer.status_code == 200, answer.text
+    return answer.text
 
 
 def operations(history: list[dict[str, Any]]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,7 +19,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.apikeys import Role, create_key
-from tests.acceptance.publishing import Keys, World, document, operations, start_world
+from tests.acceptance.publishing import (
+    Keys,
+    World,
+    document,
+    operations,
+    start_world,
+    worker_metrics,
+)
+from tests.ops.metrics_text import samples
 
 Start = Callable[..., World]
 
@@ -236,6 +245,17 @@ async def test_destination_down_past_the_budget_then_operator_resume(world: Star
     ], story
     [resumed] = entries(history, "resume")
     assert (resumed["actor"], resumed["note"]) == ("operator:ops", "press is back")
+
+    # atlas_external_operations_total counts what the history records, by destination
+    # and outcome, and the verdict that sent the job to an operator (one worker did all).
+    text = await worker_metrics(w.workers[0])
+    counted = {
+        (dict(labels)["destination"], dict(labels)["outcome"]): count
+        for (name, labels), count in samples(text).items()
+        if name == "atlas_external_operations_total"
+    }
+    recorded = {**Counter(operations(history)), "unresolved": 1}
+    assert counted == {("press", outcome): n for outcome, n in recorded.items()}, counted
 
 
 async def test_signals_resume_an_external_wait_once(world: Start) -> None:

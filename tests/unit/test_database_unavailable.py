@@ -28,6 +28,9 @@ OUTAGES = [
     _wrapped(asyncpg.exceptions.CannotConnectNowError("the database system is starting up")),
     _wrapped(asyncpg.exceptions.AdminShutdownError("terminating connection")),
     _wrapped(asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")),
+    # A failover: the node we are on was demoted, or no host takes writes yet.
+    _wrapped(asyncpg.exceptions.ReadOnlySQLTransactionError("read-only transaction")),
+    asyncpg.exceptions.TargetServerAttributeNotMatched("no host matches read-write"),
 ]
 BUGS = [
     RuntimeError("a bug"),

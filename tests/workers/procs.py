@@ -53,6 +53,7 @@ class WorkerProcess:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -103,7 +104,11 @@ class Fleet:
         env.update(self.extra_env)
         return env
 
-    def start(self, name: str, *, concurrency: int = 4) -> WorkerProcess:
+    def start(
+        self, name: str, *, concurrency: int = 4, metrics_port: int | None = None
+    ) -> WorkerProcess:
+        """A worker process; with ``metrics_port``, serving its metrics there."""
+        metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
         log_path = self.data_dir / f"worker-{name}-{len(self.processes)}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
@@ -116,13 +121,14 @@ class Fleet:
                     str(concurrency),
                     "--worker-id",
                     name,
+                    *metrics,
                 ],
                 cwd=REPO,
                 env=self.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        worker = WorkerProcess(name, process, log_path)
+        worker = WorkerProcess(name, process, log_path, metrics_port)
         self.processes.append(worker)
         return worker
 

@@ -1,0 +1,100 @@
+"""A multi-host ``DATABASE_URL`` against the real PostgreSQL: the pool and the LISTEN
+connection skip a host that refuses connections, "no host takes writes" is an outage
+(503), and a pooled connection on a server that turned read-only is discarded, so the
+next checkout connects again (where a failover's new primary is found).
+
+The failover itself -- a pg_auto_failover formation whose primary is killed under load
+-- is ``tests/ha/test_failover.py``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
+from app.api.errors import database_unavailable
+from app.db.engine import create_engine, libpq_url, normalize_url
+from app.db.listen import Listener
+from tests.support import free_port
+
+
+def _with_a_dead_host_first(database_url: str, attrs: str) -> str:
+    parsed = make_url(database_url)
+    user = parsed.render_as_string(hide_password=False).split("://", 1)[1].split("@", 1)[0]
+    hosts = f"127.0.0.1:{free_port()},{parsed.host}:{parsed.port}"
+    return normalize_url(
+        f"postgresql://{user}@{hosts}/{parsed.database}?target_session_attrs={attrs}"
+    )
+
+
+async def test_the_pool_and_the_listener_skip_a_host_that_refuses(database_url: str) -> None:
+    url = _with_a_dead_host_first(database_url, "read-write")
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT pg_is_in_recovery()"))).scalar_one() is False
+    finally:
+        await engine.dispose()
+
+    connected = asyncio.Event()
+    listener = Listener(
+        libpq_url(url),
+        "atlas_multi_host",
+        on_payload=lambda _payload: None,
+        on_connected=connected.set,
+        application_name="atlas-test-multi-host",
+    )
+    listener.start()
+    try:
+        assert await listener.wait_connected(20)
+    finally:
+        await listener.stop()
+
+
+async def test_no_host_matching_target_session_attrs_is_an_outage(database_url: str) -> None:
+    # The only live host is a primary; asking for a standby finds none -- as a client
+    # asking for read-write finds none while a failover holds every node read-only.
+    # asyncpg raises the last host's error if one failed to connect, else its own.
+    parsed = make_url(database_url)
+    alone = normalize_url(
+        parsed.update_query_dict({"target_session_attrs": "standby"}).render_as_string(
+            hide_password=False
+        )
+    )
+    for url, expected in [
+        (alone, DBAPIError),  # wrapping asyncpg's TargetServerAttributeNotMatched
+        (_with_a_dead_host_first(database_url, "standby"), ConnectionRefusedError),
+    ]:
+        engine = create_engine(url, pool_size=1)
+        try:
+            with pytest.raises(expected) as raised:
+                async with engine.connect():
+                    pass
+            assert database_unavailable(raised.value)  # the API answers 503, not 500
+        finally:
+            await engine.dispose()
+
+
+async def test_a_connection_on_a_read_only_server_is_discarded(database_url: str) -> None:
+    engine = create_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
+    try:
+        async with engine.connect() as conn:
+            before = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            # What a demoted primary (or pg_auto_failover's stop_replication) looks like
+            # from a session: every new transaction is read-only.
+            await conn.execute(text("SET default_transaction_read_only = on"))
+            await conn.commit()
+            with pytest.raises(DBAPIError) as refused:
+                await conn.execute(text("CREATE TABLE must_not_exist (id int)"))
+        assert refused.value.connection_invalidated
+        assert database_unavailable(refused.value)  # the API answers 503, not 500
+
+        async with engine.begin() as conn:  # a fresh connection: writes work again
+            after = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            await conn.execute(text("CREATE TEMPORARY TABLE writes_work (id int)"))
+        assert after != before
+    finally:
+        await engine.dispose()

@@ -2,10 +2,13 @@
 work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
-  is admitted only if all its new jobs fit. Counted
-  with a LIMIT along ``ix_jobs_owner_active``, so the check costs the same for an owner
-  with ten jobs or ten million finished ones, under a per-owner advisory lock held to
-  the end of the creating transaction, so concurrent creations cannot overshoot.
+  is admitted only if all its new jobs fit. Counted with a LIMIT along
+  ``ix_jobs_owner_active``, so the check costs the same for an owner with ten jobs or
+  ten million finished ones (it grows with the owner's unfinished jobs, up to the cap),
+  under a per-owner advisory lock held to the end of the creating transaction, so
+  concurrent creations cannot overshoot. Lock and count are one round trip: the
+  database function ``atlas_admission_count`` (migration ``e8f9a0b1c2d3``) takes the
+  lock, then counts with a snapshot taken after the lock was granted.
 * Globally, by queue age: while the oldest *claimable* job has waited longer than
   ``admission_max_queue_age_seconds``, workers are not keeping up (503). The age is the
   first entry of ``ix_jobs_claimable``.
@@ -33,10 +36,10 @@ async def check_admission(
     """Refuse ``adding`` new jobs (a batch counts whole: all fit or none is created)."""
     limit = settings.admission_max_active_per_owner
     if limit is not None:
-        # Under the owner's admission lock until commit: two concurrent creations
-        # cannot both count the last free place.
-        await queries.lock_admission(conn, owner)
-        count = await reads.unfinished_jobs(conn, owner, up_to=limit)
+        # Under the owner's admission lock until commit (taken by the same round trip,
+        # before the count's snapshot): two concurrent creations cannot both count the
+        # last free place.
+        count = await queries.admission_count(conn, owner, up_to=limit)
         if count + adding > limit:
             asked = "" if adding == 1 else f", {adding} more asked"
             raise TooManyActiveJobsError(

@@ -266,10 +266,12 @@ SELECT CAST(:owner AS text), i.key, i.fingerprint, i.job_id
        AS i(key, fingerprint, job_id)
 """)
 
-# admission_lock: serializes the creations of one owner while an admission cap is
-# counted, so concurrent requests cannot both see room for one more job.
-ADMISSION_LOCK = text("""
-SELECT pg_advisory_xact_lock(hashtextextended('admission:' || CAST(:owner AS text), 0))
+# admission_count: the owner's admission lock (to the end of the transaction), then the
+# owner's unfinished jobs counted up to :up_to -- one round trip. The function
+# (migration e8f9a0b1c2d3) counts with a fresh snapshot taken after the lock is granted,
+# so concurrent creations of one owner cannot both see room for one more job.
+ADMISSION_COUNT = text("""
+SELECT atlas_admission_count(CAST(:owner AS text), CAST(:up_to AS integer))
 """)
 
 
@@ -294,5 +296,7 @@ async def remember_idempotency_keys(
     )
 
 
-async def lock_admission(conn: AsyncConnection, owner: str) -> None:
-    await conn.execute(ADMISSION_LOCK, {"owner": owner})
+async def admission_count(conn: AsyncConnection, owner: str, *, up_to: int) -> int:
+    """Take the owner's admission lock, then count its unfinished jobs (at most
+    ``up_to``); the lock is held until the calling transaction ends."""
+    return int(await conn.scalar(ADMISSION_COUNT, {"owner": owner, "up_to": up_to}) or 0)

@@ -20,7 +20,7 @@ from app.api.reading import (
     answer,
     answer_row,
     public_statuses,
-    read_status_once,
+    read_status_unless_current,
     settle,
     status_headers,
 )
@@ -258,10 +258,14 @@ async def get(
     bind_job(job_id)
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database
-        job, public = await read_status_once(
-            state.reads, job_id, owner=visible_owner(principal), clock=state.clock
+        job, public = await read_status_unless_current(
+            state.reads,
+            job_id,
+            owner=visible_owner(principal),
+            clock=state.clock,
+            if_none_match=if_none_match,
         )
-        found = status_headers(job, public)
+        found = status_headers(job)
     else:  # a held read: from the job's shared feed
         held = await unless_client_leaves(
             request.receive,
@@ -270,11 +274,12 @@ async def get(
         if held is None:  # the client left: its slot is free; nobody reads an answer
             return Response(status_code=CLIENT_CLOSED_STATUS)
         job, public = held.job, held.status
-        found = status_headers(job, public, now=held.now)
+        found = status_headers(job, now=held.now)
     found["Vary"] = "Prefer"
     if wait is not None:
         found["Preference-Applied"] = f"wait={wait}"
-    if etag_matches(if_none_match, job.version):
+    if public is None or etag_matches(if_none_match, job.version):
+        # (a plain read leaves the body unbuilt exactly when the ETag matches)
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=found)
     response.headers.update(found)
     return public

@@ -68,33 +68,33 @@ def counting(app: FastAPI) -> Iterator[Trips]:
 BODY = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 
 
-async def test_create_is_one_statement_after_auth_and_admission(
+async def test_create_is_one_statement_in_its_own_transaction(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
     """Authenticate (only the key's first request: the lookup is cached, see
-    ``tests/api/test_key_cache.py``); admission (ONE call of ``atlas_admission_count``
-    takes the owner's lock, then counts under it); then ONE statement writes the job and
-    its history row, and the 202 is answered from its RETURNING row. Before the single
-    executor: 6 statements on 3 connections; before the key cache and the admission
-    function: 4 statements on 2 connections for every create."""
+    ``tests/api/test_key_cache.py``); then ONE statement applies the admission rule
+    (``atlas_admission_count``: the owner's lock, then the count under it), writes the
+    job and its history row, and returns the row the 202 is answered from -- as its own
+    transaction, so no BEGIN/COMMIT round trips either. Before the single executor: 6
+    statements on 3 connections; before the key cache and the admitted creation: 4
+    statements, BEGIN and COMMIT on 2 connections for every create."""
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=keys.a)
         await asyncio.sleep(0)  # the driver's query loggers run on the next loop turn
     assert created.status_code == 202, created.text
-    assert len(trips.statements) == 3, trips.statements
+    assert len(trips.statements) == 2, trips.statements
     assert trips.statements[0].startswith("SELECT api_keys.id"), trips.statements
-    assert trips.statements[1].startswith("SELECT atlas_admission_count"), trips.statements
-    assert trips.statements[-1].startswith("WITH input AS"), trips.statements
+    assert trips.statements[1].startswith("WITH admission AS"), trips.statements
     assert trips.checkouts == 2
-    assert trips.control == ["BEGIN", "COMMIT"]  # the write's; authentication has none
+    assert trips.control == []
 
     with counting(app) as trips:
         again = await client.post("/v1/jobs", json=BODY, headers=keys.a)
         await asyncio.sleep(0)
     assert again.status_code == 202, again.text
-    assert len(trips.statements) == 2, trips.statements  # admission, creation
+    assert len(trips.statements) == 1, trips.statements
     assert trips.checkouts == 1
-    assert trips.control == ["BEGIN", "COMMIT"]
+    assert trips.control == []
 
 
 async def test_a_status_read_is_one_statement_without_transaction_round_trips(
@@ -118,12 +118,13 @@ async def test_create_with_idempotency_key(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
     """Plus the in-flight lock, the key lookup (with its job) and the key row.
-    Before: 9 statements, and 6 for a replay, on 3 connections; then 7 and 3 on 2."""
+    In a transaction (BEGIN, COMMIT). Before: 9 statements, and 6 for a replay, on 3
+    connections; then 7 and 3 on 2."""
     headers = {**keys.a, "Idempotency-Key": "trips-1"}
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=headers)
     assert created.status_code == 202, created.text
-    assert len(trips.statements) == 6, trips.statements  # the first: with authentication
+    assert len(trips.statements) == 5, trips.statements  # the first: with authentication
     assert trips.checkouts == 2
     with counting(app) as trips:
         replayed = await client.post("/v1/jobs", json=BODY, headers=headers)

@@ -13,7 +13,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from app.api.deps import CurrentPrincipal, EngineDep, NoNullBody, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
-from app.api.jobcreation import create_batch, create_job
+from app.api.jobcreation import create_batch, create_job, needs_transaction
 from app.api.longpoll import held_status, unless_client_leaves
 from app.api.middleware import CLIENT_CLOSED_STATUS
 from app.api.reading import (
@@ -92,8 +92,10 @@ async def create(
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Accept a job. The 202 is sent only after the job row is committed."""
-    # Answered from the row the creation returned, in the same transaction.
-    async with state.engine.begin() as conn:
+    # Answered from the row the creation returned, in the same transaction; a creation
+    # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
+    engine = state.engine if needs_transaction(body, idempotency_key) else state.reads
+    async with engine.begin() as conn:
         created = await create_job(
             conn,
             state.transitions,

@@ -109,6 +109,18 @@ class Settings(BaseSettings):
             "handshake, so size this to the concurrent requests)."
         ),
     )
+    api_key_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "How long an API process trusts a successful API-key lookup without asking "
+            "the database again: a revoked key is refused at most this long after its "
+            "revocation (0: look every request's key up)."
+        ),
+    )
+    api_key_cache_size: int = Field(
+        default=10_000, ge=0, description="Most API-key lookups one API process remembers."
+    )
     admission_max_active_per_owner: int | None = Field(
         default=10_000,
         gt=0,

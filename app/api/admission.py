@@ -2,10 +2,18 @@
 work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
-  is admitted only if all its new jobs fit. Counted
-  with a LIMIT along ``ix_jobs_owner_active``, so the check costs the same for an owner
-  with ten jobs or ten million finished ones, under a per-owner advisory lock held to
-  the end of the creating transaction, so concurrent creations cannot overshoot.
+  is admitted only if all its new jobs fit. The rule lives in ONE place, the creation
+  statement itself (``CREATE_ADMITTED`` in :mod:`app.db.queries`, used by
+  :meth:`app.transitions.Transitions.create_many` with ``admission_cap``): the database
+  function ``atlas_admission_count`` (migration ``e8f9a0b1c2d3``) takes a per-owner
+  advisory lock held to the end of the creating transaction, then counts the owner's
+  unfinished jobs with a snapshot taken after the lock was granted (at most the cap,
+  along ``ix_jobs_owner_active``: the same cost for ten jobs or ten million finished
+  ones, but growing with the owner's unfinished jobs); the jobs are written only when
+  ``count + new <= cap``. Concurrent creations of one owner therefore cannot overshoot,
+  and a creation without an Idempotency-Key is ONE statement in its own transaction
+  (the lock ends with it). Refused, nothing is written and :func:`too_many_active`
+  builds the 429.
 * Globally, by queue age: while the oldest *claimable* job has waited longer than
   ``admission_max_queue_age_seconds``, workers are not keeping up (503). The age is the
   first entry of ``ix_jobs_claimable``.
@@ -21,28 +29,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.errors import QueueBackedUpError, TooManyActiveJobsError
 from app.clock import Clock
-from app.db import queries, reads
+from app.db import reads
 from app.settings import Settings
 
 RETRY_AFTER_SECONDS = 5
 
 
-async def check_admission(
-    conn: AsyncConnection, *, owner: str, settings: Settings, clock: Clock, adding: int = 1
-) -> None:
-    """Refuse ``adding`` new jobs (a batch counts whole: all fit or none is created)."""
-    limit = settings.admission_max_active_per_owner
-    if limit is not None:
-        # Under the owner's admission lock until commit: two concurrent creations
-        # cannot both count the last free place.
-        await queries.lock_admission(conn, owner)
-        count = await reads.unfinished_jobs(conn, owner, up_to=limit)
-        if count + adding > limit:
-            asked = "" if adding == 1 else f", {adding} more asked"
-            raise TooManyActiveJobsError(
-                f"{count} unfinished jobs{asked} (limit {limit}); wait for some to finish",
-                retry_after=RETRY_AFTER_SECONDS,
-            )
+def too_many_active(unfinished: int, *, adding: int, limit: int) -> TooManyActiveJobsError:
+    """The 429 for a creation the per-owner cap refused."""
+    asked = "" if adding == 1 else f", {adding} more asked"
+    return TooManyActiveJobsError(
+        f"{unfinished} unfinished jobs{asked} (limit {limit}); wait for some to finish",
+        retry_after=RETRY_AFTER_SECONDS,
+    )
+
+
+async def check_queue_age(conn: AsyncConnection, *, settings: Settings, clock: Clock) -> None:
+    """503 while the oldest claimable job has waited past the limit (when one is set)."""
     max_age = settings.admission_max_queue_age_seconds
     if max_age is not None:
         oldest = await reads.oldest_claimable_age(conn, clock.now())

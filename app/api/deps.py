@@ -13,10 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import ForbiddenError, InvalidRequestError, UnauthorizedError
 from app.api.state import ApiState
-from app.apikeys import Principal, Role, authenticate
+from app.apikeys import Principal, Role, authenticate, hash_key, looks_like_key
 
 
-def get_state(request: Request) -> ApiState:
+# Dependencies are ``async def`` even when they await nothing: FastAPI runs a plain
+# ``def`` dependency in its thread pool, a thread hop per request for a field access.
+async def get_state(request: Request) -> ApiState:
     state: ApiState = request.app.state.atlas
     return state
 
@@ -24,7 +26,7 @@ def get_state(request: Request) -> ApiState:
 StateDep = Annotated[ApiState, Depends(get_state)]
 
 
-def get_engine(state: StateDep) -> AsyncEngine:
+async def get_engine(state: StateDep) -> AsyncEngine:
     return state.engine
 
 
@@ -48,8 +50,16 @@ async def get_principal(
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise UnauthorizedError("Send Authorization: Bearer <api key>")
-    async with state.reads.connect() as conn:  # one statement: no BEGIN/ROLLBACK
-        principal = await authenticate(conn, credentials.credentials)
+    key = credentials.credentials
+    digest = hash_key(key) if looks_like_key(key) else None
+    # A recent successful lookup of the same key answers without the database
+    # (app.api.keycache: a revocation takes effect within api_key_cache_seconds).
+    principal = None if digest is None else state.keys.get(digest)
+    if principal is None:
+        async with state.reads.connect() as conn:  # one statement: no BEGIN/ROLLBACK
+            principal = await authenticate(conn, key)
+        if principal is not None and digest is not None:
+            state.keys.put(digest, principal)
     if principal is None:
         raise UnauthorizedError("Unknown or revoked API key")
     structlog.contextvars.bind_contextvars(owner=principal.owner)
@@ -60,7 +70,7 @@ CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
 def require(role: Role) -> object:
-    def check(principal: CurrentPrincipal) -> Principal:
+    async def check(principal: CurrentPrincipal) -> Principal:
         if not principal.has(role):
             raise ForbiddenError(f"This action needs the {role.value} role")
         return principal

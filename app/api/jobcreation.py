@@ -12,11 +12,14 @@ One transaction per request (the caller's):
 3. With the locks, ONE read of the keys already stored: a key with the same fingerprint
    returns its existing job (replayed); another fingerprint is 422 -- for the whole
    batch, nothing is created.
-4. Admission control for the jobs still to create (:mod:`app.api.admission`; 429/503 +
-   Retry-After; the per-owner cap counts all of them), then ONE ``create_many``
-   statement for those jobs and their history rows, then ONE insert of their key rows.
-   The caller commits; the 202 is sent only after the commit: never a 202 without a
-   durable job, and a batch is created whole or not at all.
+4. The queue-age admission check when one is configured (503), then ONE
+   ``create_many`` statement for the jobs still to create and their history rows, which
+   applies the per-owner cap itself (:mod:`app.api.admission`; 429 + Retry-After, all
+   of them or none), then ONE insert of their key rows. The caller commits; the 202 is
+   sent only after the commit: never a 202 without a durable job, and a batch is
+   created whole or not at all. A request that needs no more than that one statement
+   (no key, no ``notify``: :func:`needs_transaction`) may run it in its own
+   transaction (autocommit), which saves the ``BEGIN`` and ``COMMIT`` round trips.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import tracing
-from app.api.admission import check_admission
+from app.api.admission import check_queue_age, too_many_active
 from app.api.errors import (
     BatchTooLargeError,
     IdempotencyKeyInFlightError,
@@ -48,7 +51,7 @@ from app.apikeys import Principal
 from app.db import queries, reads, webhooks
 from app.kinds import KINDS, KindSpec
 from app.settings import Settings
-from app.transitions import Actor, NewJob, Transitions
+from app.transitions import Actor, NewJob, OwnerAtCapacity, Transitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,12 @@ def fingerprint(
         ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def needs_transaction(body: JobCreateBase, idempotency_key: str | None) -> bool:
+    """Whether ``POST /v1/jobs`` runs more than the one creation statement (key lock and
+    lookup, key row, webhook links): then it needs a transaction of its own."""
+    return idempotency_key is not None or body.notify is not None
 
 
 async def create_job(
@@ -257,12 +266,18 @@ async def create_jobs(
         found[index] = Created(known.job, True)
     if fresh:
         await _check_notify_targets(conn, owner, fresh)
-        await check_admission(
-            conn, owner=owner, settings=settings, clock=transitions.clock, adding=len(fresh)
-        )
-        created = await transitions.create_many(
-            conn, [item.new for _, item in fresh], actor=Actor("client", owner)
-        )
+        await check_queue_age(conn, settings=settings, clock=transitions.clock)
+        cap = settings.admission_max_active_per_owner
+        try:
+            created = await transitions.create_many(
+                conn,
+                [item.new for _, item in fresh],
+                actor=Actor("client", owner),
+                admission_cap=cap,
+            )
+        except OwnerAtCapacity as refused:
+            assert cap is not None  # only a cap refuses
+            raise too_many_active(refused.unfinished, adding=len(fresh), limit=cap) from None
         remembered: list[tuple[str, str, uuid.UUID]] = []
         for (index, item), applied in zip(fresh, created, strict=True):
             found[index] = Created(applied.job, False)

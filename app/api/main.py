@@ -104,6 +104,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             migration_heads=migrations.heads(),
         )
         app.state.atlas = state
+        notifier.on_keys_revoked = lambda: state.keys.clear()
         sampler = asyncio.create_task(
             run_sampler(
                 engine, clock, metrics.queue, every_seconds=settings.metrics_sample_seconds

@@ -6,6 +6,9 @@ The one subscriber per watched job is its :class:`app.api.feeds.Feed`: it sleeps
 until a notification arrives, then reads the job once for every long-poll and event
 stream watching it -- no polling loop against the database, no read per reader.
 
+The same channel carries ``api-keys-revoked`` (:func:`app.apikeys.revoke_key`): the
+API's key cache is cleared at once (:mod:`app.api.keycache`).
+
 The connection is the shared :class:`app.db.listen.Listener` (one reconnect and backoff
 policy for the API and the workers). After every (re)connect every subscriber is woken:
 changes made while the connection was down were never announced, so each feed re-reads
@@ -19,11 +22,12 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
+from app.apikeys import API_PROCESS_CHANNEL, KEYS_REVOKED_NOTICE
 from app.db.listen import Listener
 
-CHANNEL = "atlas_job_changed"
+CHANNEL = API_PROCESS_CHANNEL
 APPLICATION_NAME = "atlas-api-listener"
 
 
@@ -51,6 +55,9 @@ class Subscription:
 class JobChangeNotifier:
     def __init__(self, dsn: str, *, application_name: str = APPLICATION_NAME) -> None:
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
+        self.on_keys_revoked: Callable[[], None] | None = None
+        """Called when a key was revoked, and after every (re)connect (a revocation may
+        have gone unannounced meanwhile): the API clears its key cache."""
         self.listener = Listener(
             dsn,
             CHANNEL,
@@ -89,12 +96,20 @@ class JobChangeNotifier:
                     del self._subscribers[key]
 
     def _on_payload(self, payload: str) -> None:
+        if payload == KEYS_REVOKED_NOTICE:
+            self._keys_revoked()
+            return
         # The trigger batches the ids a statement changed: "id1,id2,...".
         for job_id in payload.split(","):
             for subscription in list(self._subscribers.get(job_id, ())):
                 subscription.notify()
 
+    def _keys_revoked(self) -> None:
+        if self.on_keys_revoked is not None:
+            self.on_keys_revoked()
+
     def _wake_all(self) -> None:
+        self._keys_revoked()
         for subscriptions in list(self._subscribers.values()):
             for subscription in list(subscriptions):
                 subscription.notify()

@@ -21,7 +21,7 @@ from app.api.errors import (
     NotAwaitingSignalError,
 )
 from app.api.schemas import JobPublic
-from app.api.views import etag, job_status, retry_after_seconds
+from app.api.views import etag, etag_matches, job_status, next_attempt_at, retry_after_seconds
 from app.clock import Clock
 from app.db import reads
 from app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
@@ -58,14 +58,34 @@ async def read_status_once(
         return await read_status(conn, job_id, owner=owner, clock=clock)
 
 
-def status_headers(job: Any, status: JobPublic, *, now: datetime | None = None) -> dict[str, str]:
+async def read_status_unless_current(
+    engine: AsyncEngine,
+    job_id: uuid.UUID,
+    *,
+    owner: str | None,
+    clock: Clock,
+    if_none_match: str | None,
+) -> tuple[Any, JobPublic | None]:
+    """Like :func:`read_status_once`, but with ``None`` for the body when
+    ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
+    not read and nothing is built (one statement)."""
+    async with engine.connect() as conn:
+        job = await reads.get_job(conn, job_id, owner=owner, now=clock.now())
+        if job is None:
+            raise JobNotFoundError()
+        if etag_matches(if_none_match, job.version):
+            return job, None
+        return job, await public_status(conn, job)
+
+
+def status_headers(job: Any, *, now: datetime | None = None) -> dict[str, str]:
     """ETag always; Retry-After while the job is not terminal (against ``now``, else the
-    database time the row was read or written at)."""
+    database time the row was read or written at). From the row alone."""
     found = {"ETag": etag(job.version)}
     state = JobState(job.state)
     if not is_terminal(state):
         now = now or getattr(job, "observed_at", None) or datetime.now(UTC)
-        found["Retry-After"] = str(retry_after_seconds(state, status.next_attempt_at, now))
+        found["Retry-After"] = str(retry_after_seconds(state, next_attempt_at(job), now))
     return found
 
 
@@ -92,7 +112,7 @@ def settle(reply: JobPublic | ApiError) -> JobPublic:
 
 async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
     public = await public_status(conn, job)
-    response.headers.update(status_headers(job, public))
+    response.headers.update(status_headers(job))
     return public
 
 
@@ -150,6 +170,7 @@ __all__ = [
     "public_status",
     "read_status",
     "read_status_once",
+    "read_status_unless_current",
     "settle",
     "status_headers",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.feeds import FeedHub
+from app.api.keycache import KeyCache
 from app.api.metrics import ApiMetrics
 from app.api.notifier import JobChangeNotifier
 from app.clock import Clock
@@ -30,9 +31,15 @@ class ApiState:
     metrics: ApiMetrics
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False
+    keys: KeyCache = field(init=False)
+    """Recent successful API-key lookups (``app.api.keycache``)."""
     reads: AsyncEngine = field(init=False)
     """The same pool in autocommit, for reads that need no transaction (authentication,
     a status, a listing page): no ``BEGIN``/``ROLLBACK`` round trips around them."""
 
     def __post_init__(self) -> None:
         self.reads = single_statements(self.engine)
+        self.keys = KeyCache(
+            ttl_seconds=self.settings.api_key_cache_seconds,
+            max_entries=self.settings.api_key_cache_size,
+        )

@@ -93,7 +93,7 @@ def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
         finished_at=job.finished_at,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
-        next_attempt_at=job.available_at if retrying else None,
+        next_attempt_at=next_attempt_at(job),
         last_error=_error(job.last_error) if retrying or state == JobState.UNRESOLVED else None,
         lease_expires_at=job.lease_expires_at if active else None,
         heartbeat_at=job.heartbeat_at if active else None,
@@ -168,6 +168,12 @@ def _trigger(data: Any) -> dict[str, Any] | None:
     if not data or "schedule_id" not in data:
         return None
     return {"schedule_id": data["schedule_id"], "tick": data["tick"]}
+
+
+def next_attempt_at(job: Any) -> datetime | None:
+    """When a job queued for a retry becomes claimable again (else ``None``)."""
+    retrying = job.state == JobState.QUEUED.value and job.reason == Reason.RETRY.value
+    return job.available_at if retrying else None
 
 
 def etag(version: int) -> str:

@@ -74,7 +74,8 @@ def list_command(
 
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="The key's id (keys list).")]) -> None:
-    """Revoke a key: requests with it answer 401 from now on."""
+    """Revoke a key: requests with it answer 401 from now on (an API process that
+    missed the revocation notice may still accept it for ATLAS_API_KEY_CACHE_SECONDS)."""
 
     async def action(conn: AsyncConnection) -> bool:
         return await revoke_key(conn, key_id)

@@ -40,8 +40,7 @@ _NOW = NOW_SQL
 
 # create: new jobs (queued, reason new) and their history rows in ONE statement, for one
 # job or a batch. Ids come from the caller so the history rows join on them.
-CREATE = text(f"""
-WITH input AS (
+_CREATION_INPUT = """
     SELECT *
       FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]),
                   CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]),
@@ -50,8 +49,9 @@ WITH input AS (
                   CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]))
            WITH ORDINALITY
            AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds,
-                request_id, idempotency_key, replay_of, data, ord)
-), created AS (
+                request_id, idempotency_key, replay_of, data, ord)"""
+_CREATION_WRITES = f"""
+created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of)
@@ -67,8 +67,35 @@ WITH input AS (
     SELECT i.id, {_NOW}, CAST(:transition AS text), NULL, '{JobState.QUEUED}',
            '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
       FROM input AS i
-)
+)"""
+CREATE = text(f"""
+WITH input AS ({_CREATION_INPUT}
+), {_CREATION_WRITES}
 SELECT * FROM created ORDER BY seq
+""")
+
+# create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
+# app.api.admission): the batch (every job of one owner, :admit_owner) is created only
+# if the owner's unfinished jobs plus the batch stay within :admit_cap, else nothing is.
+# atlas_admission_count (migration e8f9a0b1c2d3) takes the owner's admission lock, held
+# to the end of the transaction, then counts (at most :admit_cap, along
+# ix_jobs_owner_active) with a snapshot taken after the lock was granted (a VOLATILE
+# function's queries each get a fresh one), so concurrent creations of one owner cannot
+# both take the last place -- also when this statement is its own transaction
+# (autocommit): the lock then ends with it. The count is one InitPlan, run before any
+# row is written. Answer: the created rows, each with the count; refused, ONE row with
+# ``id`` NULL and only ``admission_unfinished`` (the count).
+CREATE_ADMITTED = text(f"""
+WITH admission AS (
+    SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
+           AS unfinished
+), input AS ({_CREATION_INPUT}
+     WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[]))
+           <= CAST(:admit_cap AS integer)
+), {_CREATION_WRITES}
+SELECT created.*, admission.unfinished AS admission_unfinished
+  FROM admission LEFT JOIN created ON true
+ ORDER BY created.seq
 """)
 
 # late_cancel: a cancel that found the job finished changes nothing but is recorded
@@ -266,12 +293,6 @@ SELECT CAST(:owner AS text), i.key, i.fingerprint, i.job_id
        AS i(key, fingerprint, job_id)
 """)
 
-# admission_lock: serializes the creations of one owner while an admission cap is
-# counted, so concurrent requests cannot both see room for one more job.
-ADMISSION_LOCK = text("""
-SELECT pg_advisory_xact_lock(hashtextextended('admission:' || CAST(:owner AS text), 0))
-""")
-
 
 async def try_idempotency_locks(conn: AsyncConnection, owner: str, keys: Sequence[str]) -> bool:
     """Take every key's in-flight lock, or report that another request holds one."""
@@ -292,7 +313,3 @@ async def remember_idempotency_keys(
             "job_ids": [job_id for _, _, job_id in keys],
         },
     )
-
-
-async def lock_admission(conn: AsyncConnection, owner: str) -> None:
-    await conn.execute(ADMISSION_LOCK, {"owner": owner})

@@ -208,18 +208,6 @@ async def idempotency_keys_seen(
     }
 
 
-async def unfinished_jobs(conn: AsyncConnection, owner: str, *, up_to: int) -> int:
-    """How many unfinished jobs the owner has, counted up to ``up_to`` along
-    ``ix_jobs_owner_active`` (the same cost for ten jobs or ten million finished ones)."""
-    unfinished = (
-        select(jobs.c.id)
-        .where(jobs.c.owner == owner, jobs.c.state.not_in([s.value for s in TERMINAL_STATES]))
-        .limit(up_to)
-        .subquery()
-    )
-    return int(await conn.scalar(select(func.count()).select_from(unfinished)) or 0)
-
-
 async def oldest_claimable_age(conn: AsyncConnection, now: ColumnElement[datetime]) -> float | None:
     """Seconds the oldest claimable job has waited (the first entry of ix_jobs_claimable)."""
     age = await conn.scalar(
@@ -351,7 +339,6 @@ __all__ = [
     "queue_gauges",
     "queue_view",
     "stages_for",
-    "unfinished_jobs",
 ]
 
 

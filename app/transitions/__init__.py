@@ -28,6 +28,7 @@ from app.transitions.base import (
     SYSTEM_SCHEDULER,
     SYSTEM_SWEEPER,
     NewJob,
+    OwnerAtCapacity,
     error_doc,
 )
 from app.transitions.operations import OperationEntry, OperationMoves
@@ -48,6 +49,7 @@ __all__ = [
     "MoveResult",
     "NewJob",
     "OperationEntry",
+    "OwnerAtCapacity",
     "RejectReason",
     "Rejected",
     "SignalOutcome",

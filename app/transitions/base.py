@@ -35,6 +35,14 @@ class NewJob:
     recorded in the creation's history ``data``: each attempt's span continues it."""
 
 
+class OwnerAtCapacity(Exception):  # noqa: N818 - a refusal, not a failure
+    """Creation refused by the per-owner admission cap: nothing was created."""
+
+    def __init__(self, unfinished: int) -> None:
+        super().__init__(f"{unfinished} unfinished jobs")
+        self.unfinished = unfinished
+
+
 def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict[str, Any]:
     """The error object of the status body: ``{code, message, retryable}``."""
     return {"code": code, "message": message, "retryable": retryable, **extra}

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
-from app.db.queries import CREATE, LATE_CANCEL
+from app.db.queries import CREATE, CREATE_ADMITTED, LATE_CANCEL
 from app.db.schema import jobs
 from app.lifecycle import (
     CANCEL_TOO_LATE,
@@ -21,7 +21,7 @@ from app.lifecycle import (
     JobState,
     TransitionName,
 )
-from app.transitions.base import NewJob, Service, error_doc
+from app.transitions.base import NewJob, OwnerAtCapacity, Service, error_doc
 
 _N = TransitionName
 
@@ -44,15 +44,26 @@ class RequestMoves(Service):
         actor: Actor,
         transition: TransitionName = _N.CREATE,
         note: str | None = None,
+        admission_cap: int | None = None,
     ) -> list[Applied]:
-        """Create jobs -- rows and history -- in ONE statement; results in batch order."""
+        """Create jobs -- rows and history -- in ONE statement; results in batch order.
+
+        With ``admission_cap`` (every job of one owner): the same statement first applies
+        the per-owner admission rule (``CREATE_ADMITTED``) and creates nothing, raising
+        :class:`OwnerAtCapacity`, when the owner's unfinished jobs plus the batch would
+        exceed the cap."""
         if not batch:
             return []
         check_actor(TRANSITIONS[transition], actor)
         ids = [uuid.uuid4() for _ in batch]
+        admission: dict[str, Any] = {}
+        if admission_cap is not None:
+            [owner] = {n.owner for n in batch}  # admission is per owner
+            admission = {"admit_owner": owner, "admit_cap": admission_cap}
         rows = await conn.execute(
-            CREATE,
+            CREATE if admission_cap is None else CREATE_ADMITTED,
             {
+                **admission,
                 "p_id": ids,
                 "p_owner": [n.owner for n in batch],
                 "p_kind": [n.kind for n in batch],
@@ -71,6 +82,8 @@ class RequestMoves(Service):
             },
         )
         by_id = {row.id: row for row in rows}
+        if None in by_id:  # the admission rule refused the batch: nothing was written
+            raise OwnerAtCapacity(int(by_id[None].admission_unfinished))
         return [Applied(transition, None, JobState.QUEUED, by_id[job_id]) for job_id in ids]
 
     async def replay(

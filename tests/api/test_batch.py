@@ -59,10 +59,11 @@ async def test_a_batch_creates_every_job_with_history_in_one_statement(
     assert [item["kind"] for item in items] == ["atlas.bundle", "atlas.noop", "atlas.noop"]
     assert all(item["state"] == "queued" and item["replayed"] is False for item in items)
     assert all(item["links"]["self"] == f"/v1/jobs/{item['id']}" for item in items)
-    # Authentication, admission (lock + count), then ONE statement for jobs + history.
-    creations = [s for s in trips.statements if s.startswith("WITH input AS")]
+    # Authentication, then ONE statement: admission (the owner's lock, the count under
+    # it), jobs and history.
+    creations = [s for s in trips.statements if s.startswith("WITH admission AS")]
     assert len(creations) == 1, trips.statements
-    assert len(trips.statements) == 4, trips.statements
+    assert len(trips.statements) == 2, trips.statements
     assert await stored(engine) == (3, 3, 0)
     async with engine.connect() as conn:
         history = await conn.execute(
@@ -112,8 +113,9 @@ async def test_replaying_a_batch_with_keys_returns_the_same_jobs(
     before, after = first.json()["items"], again.json()["items"]
     assert [a["id"] == b["id"] for a, b in zip(before, after, strict=True)] == [True, False, True]
     assert [item["replayed"] for item in after] == [True, False, True]
-    # auth, ONE lock statement for both keys, ONE lookup, admission (2), create, no key row
-    assert len(trips.statements) == 6, trips.statements
+    # ONE lock statement for both keys, ONE lookup, ONE admitted creation, no key row
+    # (the key's lookup is cached since the first batch)
+    assert len(trips.statements) == 3, trips.statements
     assert await stored(engine) == (4, 4, 2)
     # Only keyed items: nothing is created, so nothing is counted or refused.
     keyed = {"jobs": [noop("c", "key-c"), noop("a", "key-a")]}

@@ -92,6 +92,8 @@ async def test_fifty_long_polls_share_one_read_per_change(
         asyncio.create_task(client.get(f"/v1/jobs/{job_id}", headers=held)) for _ in range(WATCHERS)
     ]
     await until(lambda: feeds.caps.watching == WATCHERS, "every long-poll to be held")
+    # (a watcher is counted before the feed's first read returns: wait for that read)
+    await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1, "concurrent first watchers share the first read"
     with statements(app) as sent:
         await driver.claim(job_id)
@@ -116,6 +118,7 @@ async def test_fifty_event_streams_share_one_read_per_change(
         for _ in range(WATCHERS)
     ]
     await until(lambda: feeds.caps.watching == WATCHERS, "every stream to be open")
+    await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1
     with statements(app) as sent:
         await cancel(driver, job_id)  # queued -> canceled: a transition, and the end

@@ -68,36 +68,49 @@ def counting(app: FastAPI) -> Iterator[Trips]:
 BODY = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 
 
-async def test_create_is_one_statement_after_auth_and_admission(
+async def test_create_is_one_statement_in_its_own_transaction(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
-    """Authenticate; admission (the owner's lock, then the count under it -- two
-    statements, or the count could miss a concurrent creation); then ONE statement
-    writes the job and its history row, and the 202 is answered from its RETURNING row.
-    Before the single executor: 6 statements on 3 connections."""
+    """Authenticate (only the key's first request: the lookup is cached, see
+    ``tests/api/test_key_cache.py``); then ONE statement applies the admission rule
+    (``atlas_admission_count``: the owner's lock, then the count under it), writes the
+    job and its history row, and returns the row the 202 is answered from -- as its own
+    transaction, so no BEGIN/COMMIT round trips either. Before the single executor: 6
+    statements on 3 connections; before the key cache and the admitted creation: 4
+    statements, BEGIN and COMMIT on 2 connections for every create."""
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=keys.a)
         await asyncio.sleep(0)  # the driver's query loggers run on the next loop turn
     assert created.status_code == 202, created.text
-    assert len(trips.statements) == 4, trips.statements
-    assert trips.statements[-1].startswith("WITH input AS"), trips.statements
+    assert len(trips.statements) == 2, trips.statements
+    assert trips.statements[0].startswith("SELECT api_keys.id"), trips.statements
+    assert trips.statements[1].startswith("WITH admission AS"), trips.statements
     assert trips.checkouts == 2
-    assert trips.control == ["BEGIN", "COMMIT"]  # the write's; authentication has none
+    assert trips.control == []
+
+    with counting(app) as trips:
+        again = await client.post("/v1/jobs", json=BODY, headers=keys.a)
+        await asyncio.sleep(0)
+    assert again.status_code == 202, again.text
+    assert len(trips.statements) == 1, trips.statements
+    assert trips.checkouts == 1
+    assert trips.control == []
 
 
-async def test_a_status_read_is_two_statements_without_transaction_round_trips(
+async def test_a_status_read_is_one_statement_without_transaction_round_trips(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
-    """Authentication and the job row, each ONE statement on an autocommit checkout: no
-    BEGIN/ROLLBACK around either. Before: the same two statements plus two BEGIN, two
-    ROLLBACK and a three-round-trip pre-ping per checkout (12 round trips, now 4)."""
+    """The job row, ONE statement on an autocommit checkout (the key was looked up by
+    the create before it and is cached): no BEGIN/ROLLBACK. Before: authentication and
+    the job row plus two BEGIN, two ROLLBACK and a three-round-trip pre-ping per
+    checkout (12 round trips, then 4, now 2: the checkout's ping and the statement)."""
     created = (await client.post("/v1/jobs", json=BODY, headers=keys.a)).json()
     with counting(app) as trips:
         read = await client.get(f"/v1/jobs/{created['id']}", headers=keys.a)
         await asyncio.sleep(0)
     assert read.status_code == 200, read.text
-    assert len(trips.statements) == 2, trips.statements
-    assert trips.checkouts == 2
+    assert len(trips.statements) == 1, trips.statements
+    assert trips.checkouts == 1
     assert trips.control == []
 
 
@@ -105,27 +118,29 @@ async def test_create_with_idempotency_key(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
     """Plus the in-flight lock, the key lookup (with its job) and the key row.
-    Before: 9 statements, and 6 for a replay, on 3 connections."""
+    In a transaction (BEGIN, COMMIT). Before: 9 statements, and 6 for a replay, on 3
+    connections; then 7 and 3 on 2."""
     headers = {**keys.a, "Idempotency-Key": "trips-1"}
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=headers)
     assert created.status_code == 202, created.text
-    assert len(trips.statements) == 7, trips.statements
+    assert len(trips.statements) == 5, trips.statements  # the first: with authentication
     assert trips.checkouts == 2
     with counting(app) as trips:
         replayed = await client.post("/v1/jobs", json=BODY, headers=headers)
     assert replayed.status_code == 202
     assert replayed.headers["Idempotency-Replayed"] == "true"
     assert replayed.json()["id"] == created.json()["id"]
-    assert len(trips.statements) == 3, trips.statements
-    assert trips.checkouts == 2
+    assert len(trips.statements) == 2, trips.statements  # the key lock, the key lookup
+    assert trips.checkouts == 1
 
 
 async def test_cancel_is_one_statement_after_auth(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys, driver: Driver
 ) -> None:
     """The cancel statement moves the job, writes its history and returns the row the
-    202 shows. Before: 6 statements on 3 connections."""
+    202 shows (the key is cached by then). Before: 6 statements on 3 connections, then 2
+    on 2."""
     running = (await client.post("/v1/jobs", json=BODY, headers=keys.a)).json()
     await driver.claim(uuid.UUID(running["id"]))
     queued = (await client.post("/v1/jobs", json=BODY, headers=keys.a)).json()
@@ -134,5 +149,5 @@ async def test_cancel_is_one_statement_after_auth(
             canceled = await client.post(f"/v1/jobs/{job['id']}/cancel", headers=keys.a)
         assert canceled.status_code == 202, canceled.text
         assert canceled.json()["state"] == state
-        assert len(trips.statements) == 2, trips.statements
-        assert trips.checkouts == 2
+        assert len(trips.statements) == 1, trips.statements
+        assert trips.checkouts == 1

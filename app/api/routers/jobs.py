@@ -13,14 +13,14 @@ from pydantic.json_schema import SkipJsonSchema
 
 from app.api.deps import CurrentPrincipal, EngineDep, NoNullBody, StateDep, bind_job, visible_owner
 from app.api.errors import JobNotFoundError
-from app.api.jobcreation import create_batch, create_job
+from app.api.jobcreation import create_batch, create_job, needs_transaction
 from app.api.longpoll import held_status, unless_client_leaves
 from app.api.middleware import CLIENT_CLOSED_STATUS
 from app.api.reading import (
     answer,
     answer_row,
     public_statuses,
-    read_status_once,
+    read_status_unless_current,
     settle,
     status_headers,
 )
@@ -92,8 +92,10 @@ async def create(
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Accept a job. The 202 is sent only after the job row is committed."""
-    # Answered from the row the creation returned, in the same transaction.
-    async with state.engine.begin() as conn:
+    # Answered from the row the creation returned, in the same transaction; a creation
+    # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
+    engine = state.engine if needs_transaction(body, idempotency_key) else state.reads
+    async with engine.begin() as conn:
         created = await create_job(
             conn,
             state.transitions,
@@ -258,10 +260,14 @@ async def get(
     bind_job(job_id)
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database
-        job, public = await read_status_once(
-            state.reads, job_id, owner=visible_owner(principal), clock=state.clock
+        job, public = await read_status_unless_current(
+            state.reads,
+            job_id,
+            owner=visible_owner(principal),
+            clock=state.clock,
+            if_none_match=if_none_match,
         )
-        found = status_headers(job, public)
+        found = status_headers(job)
     else:  # a held read: from the job's shared feed
         held = await unless_client_leaves(
             request.receive,
@@ -270,11 +276,12 @@ async def get(
         if held is None:  # the client left: its slot is free; nobody reads an answer
             return Response(status_code=CLIENT_CLOSED_STATUS)
         job, public = held.job, held.status
-        found = status_headers(job, public, now=held.now)
+        found = status_headers(job, now=held.now)
     found["Vary"] = "Prefer"
     if wait is not None:
         found["Preference-Applied"] = f"wait={wait}"
-    if etag_matches(if_none_match, job.version):
+    if public is None or etag_matches(if_none_match, job.version):
+        # (a plain read leaves the body unbuilt exactly when the ETag matches)
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=found)
     response.headers.update(found)
     return public

@@ -220,6 +220,26 @@ SELECT id
    FOR UPDATE
 """)
 
+# record_unit: a unit of a declared stage is done -- its checkpoint (once per unit,
+# whichever attempt finishes it) and the stage's count, in one statement. A stage
+# without a plan records nothing, so `done` always equals the distinct checkpoints.
+RECORD_UNIT = text(f"""
+WITH planned AS (
+    SELECT 1 FROM job_stages WHERE job_id = CAST(:job_id AS uuid) AND name = CAST(:stage AS text)
+), recorded AS (
+    INSERT INTO job_checkpoints (job_id, stage, unit_name, attempt_id, data)
+    SELECT CAST(:job_id AS uuid), CAST(:stage AS text), CAST(:unit_name AS text),
+           CAST(:attempt_id AS uuid), CAST(:data AS jsonb)
+      FROM planned
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+UPDATE job_stages
+   SET done = done + 1, updated_at = {_NOW}
+ WHERE job_id = CAST(:job_id AS uuid) AND name = CAST(:stage AS text)
+   AND EXISTS (SELECT 1 FROM recorded)
+""")
+
 # expired_results: published results whose retention passed, for the sweeper.
 EXPIRED_RESULTS = text(f"""
 SELECT id, owner

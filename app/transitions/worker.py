@@ -3,6 +3,7 @@ publication. All but the claim are fenced by the attempt id (the fencing token).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
-from app.db.queries import CLAIM, LEASE_FACTS, LOCK_FOR_PUBLICATION
-from app.db.schema import job_checkpoints, job_stages
+from app.db.queries import CLAIM, LEASE_FACTS, LOCK_FOR_PUBLICATION, RECORD_UNIT
+from app.db.schema import job_stages
 from app.lifecycle import (
     TRANSITIONS,
     DeliveryState,
@@ -161,29 +162,25 @@ class WorkerMoves(Service):
         checkpoint: Mapping[str, Any] | None = None,
     ) -> MoveResult:
         """A unit of ``stage`` is done: a durable checkpoint, counted once however many
-        attempts finish it."""
+        attempts finish it -- one statement that records the checkpoint and counts it.
+
+        Only a unit of a *declared* stage is recorded: a stage's ``done`` always equals its
+        distinct checkpoints. (A unit reported before its stage's plan used to be kept but
+        never counted, so the same unit reported again after the plan counted nothing: the
+        lifecycle state machine found it.)"""
         outcome = await self.enter_stage(conn, job_id, attempt_id, stage, actor=actor)
         if isinstance(outcome, Applied):
-            inserted = (
-                await conn.execute(
-                    pg_insert(job_checkpoints)
-                    .values(
-                        job_id=job_id,
-                        stage=stage,
-                        unit_name=unit_name,
-                        attempt_id=attempt_id,
-                        data=dict(checkpoint) if checkpoint else None,
-                    )
-                    .on_conflict_do_nothing()
-                    .returning(job_checkpoints.c.unit_name)
-                )
-            ).first()
-            if inserted is not None:
-                await conn.execute(
-                    update(job_stages)
-                    .where(job_stages.c.job_id == job_id, job_stages.c.name == stage)
-                    .values(done=job_stages.c.done + 1, updated_at=self.clock.now())
-                )
+            await conn.execute(
+                RECORD_UNIT,
+                {
+                    "job_id": job_id,
+                    "stage": stage,
+                    "unit_name": unit_name,
+                    "attempt_id": attempt_id,
+                    "data": json.dumps(dict(checkpoint)) if checkpoint else None,
+                    **self.clock.bind(),
+                },
+            )
         return outcome
 
     async def expand_plan(

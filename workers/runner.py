@@ -36,7 +36,7 @@ from app import metrics
 from app.lifecycle import AttemptOutcome, JobState, Reason
 from app.logs import get_logger
 from app.settings import Settings
-from app.storage import ResultStore, StorageError
+from app.storage import ResultStore, StorageError, StoredFile
 from app.transitions import (
     Actor,
     Applied,
@@ -169,9 +169,12 @@ class JobRunner:
                 await asyncio.to_thread(self.store.remove_published, ctx.job.owner, ctx.job_id)
             raise_if_illegal(refused.outcome)  # still ours: fail (a partial package)
             published = False
-        except (StorageError, OSError) as exc:
+        except StorageError as exc:
             # Owner retrieval cannot be established (the transaction rolled back): the
             # job fails with a readable error and its private outputs become blocked.
+            # Only the store's own failures land here: a database connection lost
+            # during the publication (an OSError too) is an uncertain outcome, left to
+            # the recovery below, whose fenced ending reads what the database holds.
             await asyncio.to_thread(self.store.remove_published, ctx.job.owner, ctx.job_id)
             log.warning(
                 "job.publication_failed", job_id=str(ctx.job_id), error_class=type(exc).__name__
@@ -189,6 +192,12 @@ class JobRunner:
         log.info("job.succeeded", job_id=str(ctx.job_id), attempt_id=str(ctx.attempt_id))
         return AttemptOutcome.SUCCEEDED
 
+    async def _move_into_owner_area(self, ctx: JobContext) -> list[StoredFile]:
+        try:
+            return await asyncio.to_thread(self.store.publish, ctx.job.owner, ctx.job_id)
+        except OSError as exc:  # the disk (or the store's socket), not the database
+            raise StorageError(f"publishing the files failed: {type(exc).__name__}") from exc
+
     async def _publication(self, ctx: JobContext, plan: PublishPlan) -> bool:
         t = self.transitions
         async with self.engine.begin() as conn:
@@ -196,11 +205,7 @@ class JobRunner:
                 return False
             if plan.hold_seconds > 0:
                 await asyncio.sleep(plan.hold_seconds)
-            files = (
-                await asyncio.to_thread(self.store.publish, ctx.job.owner, ctx.job_id)
-                if plan.files
-                else []
-            )
+            files = await self._move_into_owner_area(ctx) if plan.files else []
             outcome = await t.publish(
                 conn,
                 ctx.job_id,

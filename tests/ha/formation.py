@@ -61,10 +61,16 @@ class FormationError(RuntimeError):
     """The formation could not be set up (the message carries the relevant logs)."""
 
 
+EXTENSION_CONTROL = Path("/usr/share/postgresql/15/extension/pgautofailover.control")
+"""The monitor's extension: the package's other half (``pg_autoctl`` alone comes from
+``pg-auto-failover-cli``, which can stay installed when the package is removed)."""
+
+
 def ensure_pg_autoctl() -> str:
-    """The ``pg_autoctl`` binary, installed with apt-get when missing."""
+    """The ``pg_autoctl`` binary and the PostgreSQL 15 extension it needs, installed with
+    apt-get when either is missing."""
     found = shutil.which("pg_autoctl")
-    if found and (PG_BIN / "pg_ctl").exists():
+    if found and (PG_BIN / "pg_ctl").exists() and EXTENSION_CONTROL.exists():
         return found
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         raise FormationError(f"{PACKAGE} is missing and apt-get (as root) cannot install it")
@@ -75,7 +81,7 @@ def ensure_pg_autoctl() -> str:
         subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
         done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
     found = shutil.which("pg_autoctl")
-    if done.returncode != 0 or found is None:
+    if done.returncode != 0 or found is None or not EXTENSION_CONTROL.exists():
         raise FormationError(f"apt-get install {PACKAGE} failed:\n{done.stderr[-2000:]}")
     return found
 

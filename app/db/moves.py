@@ -319,6 +319,9 @@ WITH input AS (
        SET {sets}
       FROM locked JOIN input AS i ON i.job_id = locked.id
      WHERE j.id = locked.id
+       -- The row as locked is the row as updated (see Executor.apply).
+       AND j.state = locked.from_state
+       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
        AND {" AND ".join(_conditions(spec))}
  RETURNING j.*, locked.from_state AS moved_from, {held} AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
@@ -416,17 +419,30 @@ class Executor:
                 step.reason in STATE_REASONS[t] for t in targets
             ):
                 raise ValueError(f"{spec.name}: reason {step.reason} fits none of its targets")
-        rows = await conn.execute(
-            statement(spec.name, full_rows=full_rows),
-            {
-                **_params(steps),
-                **self.clock.bind(),
-                "actor": str(actor),
-                "owner": owner,
-                "lease_seconds": self.lease_seconds,
-            },
-        )
-        moved = {row.id: row for row in rows}
+
+        async def run(batch: Sequence[Step]) -> dict[uuid.UUID, Row[Any]]:
+            rows = await conn.execute(
+                statement(spec.name, full_rows=full_rows),
+                {
+                    **_params(batch),
+                    **self.clock.bind(),
+                    "actor": str(actor),
+                    "owner": owner,
+                    "lease_seconds": self.lease_seconds,
+                },
+            )
+            return {row.id: row for row in rows}
+
+        moved = await run(steps)
+        # A row another transaction changed after this statement's snapshot was taken
+        # but before its lock was granted (a claim racing a cancel) comes out of the
+        # locking read with the values of the snapshot, not those it was locked with:
+        # the statement then refuses to move it rather than move it from a state it is
+        # no longer in. The lock is held now, so the same steps again, under a fresh
+        # snapshot, see the row as it is; what they still refuse is a real refusal.
+        again = [s for s in steps if s.job_id not in moved]
+        if again:
+            moved |= await run(again)
         refused = [s.job_id for s in steps if s.job_id not in moved]
         facts: dict[uuid.UUID, Row[Any]] = {}
         if refused and explain_refusals:

@@ -298,3 +298,40 @@ async def test_publication_after_a_rolled_back_cancel_sees_running(
         "running",
         "succeeded",
     ]
+
+
+async def test_a_cancel_that_waited_for_a_claim_moves_the_job_from_running(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory
+) -> None:
+    """The chaos model (scenario 11) found a 500 here: the cancel's statement took its
+    snapshot while the job was ``queued``, then waited for the claim's lock; the row it
+    locked was ``running`` but the statement still moved it as ``queued`` -> ``canceled``
+    and kept the lease (``ck_jobs_lease_iff_active``). It must move what it locked:
+    ``running`` -> ``cancel_requested``, with that source in the history."""
+    made = await jobs.make(JobState.QUEUED)
+    async with engine.connect() as claiming, engine.connect() as canceling:
+        await claiming.begin()
+        [claimed] = await transitions.claim(
+            claiming, worker_id="w-race", handlers=[made.handler], limit=1
+        )
+        assert claimed.id == made.id
+
+        await canceling.begin()
+        # The snapshot is taken before the claim commits: the job is queued in it.
+        await canceling.execute(text("SELECT 1"))
+        pid = await backend_pid(canceling)
+        cancel = asyncio.create_task(transitions.request_cancel(canceling, made.id, actor=CLIENT))
+        await wait_until_blocked_on_lock(engine, pid)
+        await claiming.commit()
+
+        outcome = await cancel
+        await canceling.commit()
+    assert isinstance(outcome, Applied)
+    assert (outcome.from_state, outcome.to_state) == (JobState.RUNNING, JobState.CANCEL_REQUESTED)
+    row = await jobs.row(made.id)
+    assert (row.state, row.current_attempt_id) == ("cancel_requested", claimed.current_attempt_id)
+    history = await history_of(engine, made.id)
+    assert [(h.transition, h.from_state, h.to_state) for h in history[-2:]] == [
+        ("claim", "queued", "running"),
+        ("request_cancel", "running", "cancel_requested"),
+    ]

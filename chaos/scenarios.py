@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -1303,6 +1304,8 @@ async def api_model(cluster: Cluster, config: Config, row: Row) -> None:
         await asyncio.to_thread(run_state_machine_as_test, ApiMachine, settings=budget)
     except Exception as exc:  # the falsifying example is printed by Hypothesis
         failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        # A flaky verdict hides the failure that started it: print the whole chain.
+        traceback.print_exception(exc, file=sys.stderr)
     states = await cluster.settle(target.jobs, within=120, done=TERMINAL | {"unresolved"})
     row.figures = await cluster.figures(target.jobs, Tally(), done=TERMINAL | {"unresolved"})
     row.standard_checks(rescue_bound(cluster.timing))

@@ -167,10 +167,11 @@ def test_a_late_second_head_on_a_kept_alive_connection_is_cut(limited_api: LiveA
         sock.settimeout(10)
         first = _one_response(sock)
         assert first.startswith(b"HTTP/1.1 200"), first[:200]
-        # The keep-alive timer (5 s) stops at the first byte of the next request; the
-        # head timer takes over and closes a head that does not finish.
+        # The keep-alive timer stops at the first byte of the next request; without the
+        # head timer nothing would ever close this connection, so any close proves it
+        # (the bound only guards against hanging: a busy machine may close it late).
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
-        elapsed = _closed_unanswered_within(sock, 4.5)
+        elapsed = _closed_unanswered_within(sock, 10)
     assert elapsed >= HEAD_TIMEOUT - 0.2
 
 

@@ -15,7 +15,12 @@ protocol points, never at byte offsets:
   and then cuts the connection *before* the server's answer reaches the client: the
   transaction committed, the client never learns it. A commit whose transaction bound a
   statement containing :attr:`TcpProxy.watch_marker` (the publication) has its own
-  probability, :attr:`TcpProxy.drop_marked_commit_ack`, and is counted apart.
+  probability, :attr:`TcpProxy.drop_marked_commit_ack`, and is counted apart. A marked
+  statement run outside ``BEGIN``/``COMMIT`` (autocommit: the statement is its own
+  transaction, committed at its ``Sync``) is a commit point too: its ``Sync`` is
+  forwarded and the answer lost the same way. With
+  :attr:`TcpProxy.always_drop_first_marked` the first marked commit always loses its
+  answer, so a scenario that needs the fault does not depend on chance.
 
 Nothing here knows about Atlas; the scenario reads every outcome back from the database.
 """
@@ -42,6 +47,7 @@ class ProxyCounters:
     marked_commits: int = 0  # commits of a transaction that ran the marker
     commit_acks_dropped: int = 0
     marked_commit_acks_dropped: int = 0  # of those: a transaction with the marker
+    autocommit_marked_commits: int = 0  # marked statements committed at their Sync
     stalls: int = 0
 
 
@@ -51,6 +57,7 @@ class _Link:
     server: asyncio.StreamWriter
     statements: dict[bytes, bytes] = field(default_factory=dict)  # prepared name -> SQL
     marked: bool = False  # this transaction ran a statement with the marker
+    in_block: bool = False  # between a BEGIN and its COMMIT/ROLLBACK
     spared: bool = False  # its start-up message named the proxy's ``spare``
 
     def abort(self) -> None:
@@ -71,12 +78,14 @@ class TcpProxy:
         drop_commit_ack: float = 0.0,
         drop_marked_commit_ack: float = 0.0,
         watch_marker: bytes = b"",
+        always_drop_first_marked: bool = False,
         seed: int = 3,
     ) -> None:
         self.target = (target_host, target_port)
         self.drop_commit_ack = drop_commit_ack
         self.drop_marked_commit_ack = drop_marked_commit_ack
         self.watch_marker = watch_marker
+        self.always_drop_first_marked = always_drop_first_marked
         self.refusing = False
         self.spare = b""  # connections whose start-up message holds this are never cut
         self.counters = ProxyCounters()
@@ -206,16 +215,31 @@ class TcpProxy:
                 sql = body.rstrip(b"\0").strip().upper()
                 if self.watch_marker and self.watch_marker in body:
                     link.marked = True
-                if sql.startswith(b"COMMIT"):
-                    self.counters.commits += 1
-                    self.counters.marked_commits += link.marked
-                    odds = self.drop_marked_commit_ack if link.marked else self.drop_commit_ack
-                    if odds and self._rng.random() < odds:
-                        await self._commit_then_cut(upstream, link, message)
-                        return "cut"
+                if sql.startswith(b"COMMIT") and self._lose_commit_ack(link):
+                    await self._commit_then_cut(upstream, link, message)
+                    return "cut"
                 if sql.startswith((b"COMMIT", b"ROLLBACK", b"BEGIN")):
                     link.marked = False
+                    link.in_block = sql.startswith(b"BEGIN")
+            elif kind == b"S" and link.marked and not link.in_block:
+                # Sync ends an implicit transaction: a marked autocommit statement
+                # commits here.
+                self.counters.autocommit_marked_commits += 1
+                if self._lose_commit_ack(link):
+                    await self._commit_then_cut(upstream, link, message)
+                    return "cut"
+                link.marked = False
             await self._send(upstream, message)
+
+    def _lose_commit_ack(self, link: _Link) -> bool:
+        """Count a commit point and decide whether its acknowledgement is lost."""
+        self.counters.commits += 1
+        self.counters.marked_commits += link.marked
+        first_marked = link.marked and self.counters.marked_commit_acks_dropped == 0
+        if first_marked and self.always_drop_first_marked and self.drop_marked_commit_ack:
+            return True
+        odds = self.drop_marked_commit_ack if link.marked else self.drop_commit_ack
+        return bool(odds) and self._rng.random() < odds
 
     async def _commit_then_cut(
         self, upstream: asyncio.StreamWriter, link: _Link, commit: bytes

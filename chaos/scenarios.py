@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import resource
 import shutil
@@ -386,11 +387,16 @@ async def listener_killed(cluster: Cluster, config: Config, row: Row) -> None:
         ]
     finally:
         await conn.close()
-    bound = cluster.timing.poll_interval_seconds + 1.0
+    # The slack for one claim round trip grows with the machine's load (a starved box
+    # runs the worker late, not wrongly): 1 s per unit of run-queue length per core.
+    slack = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    bound = cluster.timing.poll_interval_seconds + slack
     worst = max(pickups, default=float("inf"))
     row.standard_checks()
     row.check("the LISTEN connection was terminated", terminated >= 3)
-    row.check(f"every job claimed within poll interval + 1 s ({bound:.1f} s)", worst <= bound)
+    row.check(
+        f"every job claimed within poll interval + {slack:.1f} s ({bound:.1f} s)", worst <= bound
+    )
     row.check("every job was claimed", len(pickups) == len(accepted) > 0)
     row.check("the worker survived", all(p.alive() for p in cluster.procs))
     row.notes.append(
@@ -744,6 +750,7 @@ async def flaky_network(cluster: Cluster, config: Config, row: Row) -> None:
         drop_commit_ack=0.02,
         drop_marked_commit_ack=0.25,
         watch_marker=PUBLISH_MARKER,
+        always_drop_first_marked=True,  # the check below must not depend on chance
     )
     await proxy.start()
     for n in range(3):
@@ -805,7 +812,8 @@ async def flaky_network(cluster: Cluster, config: Config, row: Row) -> None:
         f"{resets} connections reset, {counters.stalls} stalls of"
         f" {cluster.timing.lease_seconds * 1.5:.1f} s, {counters.commit_acks_dropped} commit"
         f" acks lost ({counters.marked_commit_acks_dropped} of {counters.marked_commits}"
-        f" publications) out of {counters.commits} commits; {unresolved} unresolved;"
+        f" publications, {counters.autocommit_marked_commits} of them autocommit) out of"
+        f" {counters.commits} commits; {unresolved} unresolved;"
         f" answers {tally.describe()}"
     )
 

@@ -21,6 +21,9 @@ protocol points, never at byte offsets:
   forwarded and the answer lost the same way. With
   :attr:`TcpProxy.always_drop_first_marked` the first marked commit always loses its
   answer, so a scenario that needs the fault does not depend on chance.
+- :attr:`TcpProxy.reset_on_marker` (a count) resets the connection instead of forwarding
+  the next marked statements: the transaction is cut before the marked statement reaches
+  the server, so it rolls back (the client sees its connection lost mid-transaction).
 
 Nothing here knows about Atlas; the scenario reads every outcome back from the database.
 """
@@ -48,6 +51,7 @@ class ProxyCounters:
     commit_acks_dropped: int = 0
     marked_commit_acks_dropped: int = 0  # of those: a transaction with the marker
     autocommit_marked_commits: int = 0  # marked statements committed at their Sync
+    marker_resets: int = 0  # connections reset instead of running a marked statement
     stalls: int = 0
 
 
@@ -86,6 +90,7 @@ class TcpProxy:
         self.drop_marked_commit_ack = drop_marked_commit_ack
         self.watch_marker = watch_marker
         self.always_drop_first_marked = always_drop_first_marked
+        self.reset_on_marker = 0
         self.refusing = False
         self.spare = b""  # connections whose start-up message holds this are never cut
         self.counters = ProxyCounters()
@@ -182,7 +187,8 @@ class TcpProxy:
         self, reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, link: _Link
     ) -> str:
         """Forward the client's messages until it hangs up, it is refused at start-up
-        ("refused"), or a commit's acknowledgement is to be lost ("cut")."""
+        ("refused"), a commit's acknowledgement is to be lost ("cut"), or a marked
+        statement is to reset the connection ("reset")."""
         # Untyped start-up messages: SSL/GSS requests (answered by one byte), then the
         # StartupMessage (or a CancelRequest, after which the client hangs up).
         while True:
@@ -211,6 +217,10 @@ class TcpProxy:
                 statement = body.split(b"\0", 2)[1]
                 if self.watch_marker and self.watch_marker in link.statements.get(statement, b""):
                     link.marked = True
+                    if self.reset_on_marker > 0:
+                        self.reset_on_marker -= 1
+                        self.counters.marker_resets += 1
+                        return "reset"
             elif kind == b"Q":  # a simple query: BEGIN / COMMIT / ROLLBACK from asyncpg
                 sql = body.rstrip(b"\0").strip().upper()
                 if self.watch_marker and self.watch_marker in body:

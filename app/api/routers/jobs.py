@@ -94,7 +94,9 @@ async def create(
     """Accept a job. The 202 is sent only after the job row is committed."""
     # Answered from the row the creation returned, in the same transaction; a creation
     # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
-    engine = state.engine if needs_transaction(body, idempotency_key) else state.reads
+    engine = (
+        state.engine if needs_transaction(body, idempotency_key, state.settings) else state.reads
+    )
     async with engine.begin() as conn:
         created = await create_job(
             conn,

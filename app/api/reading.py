@@ -110,6 +110,20 @@ def settle(reply: JobPublic | ApiError) -> JobPublic:
     return reply
 
 
+def status_response(
+    public: JobPublic, headers: dict[str, str], *, status_code: int = 200
+) -> Response:
+    """The status body serialized once, as the route's ``response_model`` would (by
+    alias, nothing excluded), with ``headers``: FastAPI passes a ``Response`` through
+    without validating and serializing the model again."""
+    return Response(
+        public.model_dump_json(by_alias=True),
+        status_code=status_code,
+        headers=headers,
+        media_type="application/json",
+    )
+
+
 async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
     public = await public_status(conn, job)
     response.headers.update(status_headers(job))
@@ -173,4 +187,5 @@ __all__ = [
     "read_status_unless_current",
     "settle",
     "status_headers",
+    "status_response",
 ]

@@ -70,7 +70,7 @@ async def read_status_unless_current(
     ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
     not read and nothing is built (one statement)."""
     async with engine.connect() as conn:
-        job = await reads.get_job(conn, job_id, owner=owner, now=clock.now())
+        job = await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
         if job is None:
             raise JobNotFoundError()
         if etag_matches(if_none_match, job.version):

@@ -220,13 +220,14 @@ def free_port() -> int:
 
 @contextmanager
 def server_process(
-    args: list[str], *, env: dict[str, str], log_path: Path, port: int
+    args: list[str], *, env: dict[str, str], log_path: Path, port: int, cwd: Path = REPO
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``python ARGS`` in its own session until ``/readyz`` answers; SIGTERM at exit."""
+    """``python ARGS`` (in ``cwd``) in its own session until ``/readyz`` answers; SIGTERM
+    at exit."""
     with log_path.open("wb") as out:
         process = subprocess.Popen(  # noqa: S603 - our own entry points
             [sys.executable, *args],
-            cwd=REPO,
+            cwd=cwd,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

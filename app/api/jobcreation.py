@@ -1,6 +1,6 @@
 """Job creation with the Idempotency-Key protocol (SPEC section 2), for one job
 (``POST /v1/jobs``) and for a batch (``POST /v1/jobs:batch``) -- one code path: a single
-job is a batch of one.
+job is a batch of one, except the common single job with a key (below).
 
 One transaction per request (the caller's):
 
@@ -20,6 +20,13 @@ One transaction per request (the caller's):
    created whole or not at all. A request that needs no more than that one statement
    (no key, no ``notify``: :func:`needs_transaction`) may run it in its own
    transaction (autocommit), which saves the ``BEGIN`` and ``COMMIT`` round trips.
+
+A single job with a key and without ``notify`` (and no queue-age check configured) runs
+steps 2-4 as ONE statement in its own transaction (``Transitions.create_keyed``: the
+key's lock, admission, the key row ``ON CONFLICT DO NOTHING``, then the job only if the
+key row was written); a key already stored costs one more statement, the read of step 3
+(:func:`_create_keyed`). Same answers: 409 while in flight, the stored job or 422 for a
+stored key, 429 only when the key is not stored.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from app.apikeys import Principal
 from app.db import queries, reads, webhooks
 from app.kinds import KINDS, KindSpec
 from app.settings import Settings
-from app.transitions import Actor, NewJob, OwnerAtCapacity, Transitions
+from app.transitions import Actor, KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +98,10 @@ def validated_input(
     spec = KINDS.get(body.kind)
     if spec is None:
         raise UnknownKindError(f"Unknown kind; known kinds: {', '.join(sorted(KINDS))}")
+    if type(body.input) is spec.input_model:  # the request schema validated it already
+        return spec, body.input.model_dump(mode="json")
     try:
-        # Already validated by the request schema; re-validating keeps this function
-        # safe to call with any model (the CLI, tests) at negligible cost.
+        # Any other model (the CLI, tests) is validated as the kind's input.
         model = spec.input_model.model_validate(body.input.model_dump(mode="json"))
     except ValidationError as exc:
         located = [{**e, "loc": (*loc, "input", *e.get("loc", ()))} for e in exc.errors()]
@@ -118,10 +126,14 @@ def fingerprint(
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def needs_transaction(body: JobCreateBase, idempotency_key: str | None) -> bool:
-    """Whether ``POST /v1/jobs`` runs more than the one creation statement (key lock and
-    lookup, key row, webhook links): then it needs a transaction of its own."""
-    return idempotency_key is not None or body.notify is not None
+def needs_transaction(body: JobCreateBase, idempotency_key: str | None, settings: Settings) -> bool:
+    """Whether ``POST /v1/jobs`` runs more than one statement that writes (webhook links;
+    a key checked before the queue-age admission): then it needs a transaction of its
+    own. Otherwise the creation is ONE statement -- with or without a key
+    (:func:`_create_keyed`) -- which is its own transaction (autocommit)."""
+    return body.notify is not None or (
+        idempotency_key is not None and settings.admission_max_queue_age_seconds is not None
+    )
 
 
 async def create_job(
@@ -134,12 +146,18 @@ async def create_job(
     request_id: str | None,
     settings: Settings,
 ) -> Created:
-    """``POST /v1/jobs``: a batch of one."""
+    """``POST /v1/jobs``: a batch of one -- or, when it needs no transaction
+    (:func:`needs_transaction`) and has a key, the keyed creation in one statement."""
+    request = CreationRequest(body, idempotency_key)
+    if idempotency_key is not None and not needs_transaction(body, idempotency_key, settings):
+        return await _create_keyed(
+            conn, transitions, principal.owner, request, request_id=request_id, settings=settings
+        )
     [created] = await create_jobs(
         conn,
         transitions,
         principal,
-        [CreationRequest(body, idempotency_key)],
+        [request],
         request_id=request_id,
         settings=settings,
     )
@@ -186,6 +204,71 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         else fingerprint(spec.name, normalized, request.body.notify)
     )
     return _Prepared(request, new, digest)
+
+
+_KEYED_TRIES = 3
+"""A stored key can vanish (its job pruned) between the creation and the read of it;
+then the creation is tried again, a bounded number of times."""
+
+
+async def _create_keyed(
+    conn: AsyncConnection,
+    transitions: Transitions,
+    owner: str,
+    request: CreationRequest,
+    *,
+    request_id: str | None,
+    settings: Settings,
+) -> Created:
+    """One job with a key, the protocol of :func:`create_jobs` in ONE statement
+    (``Transitions.create_keyed``: the key's in-flight lock, admission, key row, job)
+    when the key is new; a stored key costs one more statement, the read of its job. No
+    queue-age check runs here (:func:`needs_transaction` sends those to
+    :func:`create_jobs`), and no ``notify``."""
+    item = _prepare(request, owner, request_id)
+    key, digest = request.idempotency_key, item.fingerprint
+    assert key is not None  # the caller's condition
+    assert digest is not None  # a key is always fingerprinted
+    cap = settings.admission_max_active_per_owner
+    for _ in range(_KEYED_TRIES):
+        refused: OwnerAtCapacity | None = None
+        try:
+            outcome = await transitions.create_keyed(
+                conn,
+                item.new,
+                fingerprint=digest,
+                actor=Actor("client", owner),
+                admission_cap=cap,
+            )
+        except OwnerAtCapacity as exc:
+            refused, outcome = exc, KeyedRefusal.STORED  # a stored key is still replayed
+        if outcome is KeyedRefusal.IN_FLIGHT:
+            raise IdempotencyKeyInFlightError(retry_after=1)
+        if not isinstance(outcome, KeyedRefusal):
+            return Created(outcome.job, False)
+        seen = await reads.idempotency_keys_seen(conn, owner, [key], now=transitions.clock.now())
+        known = seen.get(key)
+        if known is not None and known.job is not None:
+            return Created(_replayed(item, known), True)
+        if refused is not None:
+            assert cap is not None  # only a cap refuses
+            raise too_many_active(refused.unfinished, adding=1, limit=cap) from None
+    raise IdempotencyKeyInFlightError(retry_after=1)
+
+
+def _replayed(item: _Prepared, known: reads.SeenKey) -> Any:
+    """The stored key's job when the request is the same, else the 422."""
+    if known.fingerprint != item.fingerprint:
+        raise IdempotencyKeyReusedError(
+            errors=[
+                {
+                    "loc": item.request.key_loc,
+                    "msg": "key used with another body",
+                    "type": "key_reused",
+                }
+            ]
+        )
+    return known.job
 
 
 def _reject_repeated_keys(prepared: Sequence[_Prepared]) -> None:
@@ -251,19 +334,10 @@ async def create_jobs(
         if known is None:
             fresh.append((index, item))
             continue
-        if known.fingerprint != item.fingerprint:
-            raise IdempotencyKeyReusedError(
-                errors=[
-                    {
-                        "loc": item.request.key_loc,
-                        "msg": "key used with another body",
-                        "type": "key_reused",
-                    }
-                ]
-            )
-        if known.job is None:  # pragma: no cover - the key row cascades with its job
+        job = _replayed(item, known)
+        if job is None:  # pragma: no cover - the key row cascades with its job
             raise JobNotFoundError()
-        found[index] = Created(known.job, True)
+        found[index] = Created(job, True)
     if fresh:
         await _check_notify_targets(conn, owner, fresh)
         await check_queue_age(conn, settings=settings, clock=transitions.clock)

@@ -72,7 +72,31 @@ class RequestContextMiddleware:
     ) -> None:
         self.app = app
         self.metrics = metrics
-        self.templates = templates
+        self._templates = templates
+        self._known: frozenset[str] | None = None
+        # Labelled metric children by their labels (``labels()`` validates and locks on
+        # every call); bounded by routes x methods x statuses.
+        self._latency: dict[tuple[str, str], Any] = {}
+        self._requests: dict[tuple[str, str, str], Any] = {}
+
+    def templates(self) -> frozenset[str]:
+        """The route templates, computed once: the app's routes are fixed once serving."""
+        if self._known is None:
+            self._known = self._templates()
+        return self._known
+
+    def _observe(self, method: str, route: str, seconds: float) -> None:
+        child = self._latency.get((method, route))
+        if child is None:
+            child = self._latency[(method, route)] = self.metrics.latency.labels(method, route)
+        child.observe(seconds)
+
+    def _count(self, method: str, route: str, status: str) -> None:
+        child = self._requests.get((method, route, status))
+        if child is None:
+            child = self.metrics.requests.labels(method, route, status)
+            self._requests[(method, route, status)] = child
+        child.inc()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,10 +115,9 @@ class RequestContextMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", request_id.encode()))
+                headers = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
                 message = {**message, "headers": headers}
-                self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+                self._observe(method, route, time.perf_counter() - started)
             await send(message)
 
         try:
@@ -103,7 +126,7 @@ class RequestContextMiddleware:
             event = "request"
             if scope.get(CLIENT_DISCONNECTED) and status == 500:  # nothing was sent
                 event, status = "client_disconnected", CLIENT_CLOSED_STATUS
-            self.metrics.requests.labels(method, route, str(status)).inc()
+            self._count(method, route, str(status))
             log.info(
                 event,
                 method=method,
@@ -183,6 +206,15 @@ def _unstorable_body(body: bytes) -> list[Location]:
     return unstorable_locations(decoded, ("body",))
 
 
+class _Refused(Exception):  # noqa: N818 - control flow inside the guard
+    """The body is not read to its end: ``error`` is the answer (``None``: nobody to
+    answer, the client left)."""
+
+    def __init__(self, error: ApiError | None) -> None:
+        super().__init__()
+        self.error = error
+
+
 class BodyGuardMiddleware:
     """The request guard. 413 for bodies over the limit -- decided from Content-Length,
     or by counting a streamed body and stopping at the limit, never after reading it
@@ -240,37 +272,22 @@ class BodyGuardMiddleware:
             if length > self.max_body_bytes:
                 await self._answer(scope, receive, send, self._too_large())
                 return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
         # The whole body must arrive within the timeout: a client trickling (or holding)
-        # a partial body gets 408 and the connection closes.
-        deadline = asyncio.get_running_loop().time() + self.body_timeout_seconds
-        while more:
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                message = await asyncio.wait_for(receive(), timeout=max(remaining, 0))
-            except TimeoutError:
-                await self._answer(
-                    scope,
-                    receive,
-                    send,
-                    RequestTimeoutError(
-                        f"The body must arrive within {self.body_timeout_seconds:g} s"
-                    ),
-                )
-                return
-            if message["type"] == "http.disconnect":
-                scope[CLIENT_DISCONNECTED] = True  # logged as such, not as a 500
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._answer(scope, receive, send, self._too_large())
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        # a partial body gets 408 and the connection closes. One timer for the whole
+        # body (not a task per chunk).
+        try:
+            async with asyncio.timeout(self.body_timeout_seconds):
+                body = await self._read_body(scope, receive)
+        except TimeoutError:
+            late = RequestTimeoutError(
+                f"The body must arrive within {self.body_timeout_seconds:g} s"
+            )
+            await self._answer(scope, receive, send, late)
+            return
+        except _Refused as refused:
+            if refused.error is not None:
+                await self._answer(scope, receive, send, refused.error)
+            return
         content_type = _header(scope, b"content-type")
         if body and not (_is_json(content_type) or self._form_allowed(scope, content_type)):
             await self._answer(scope, receive, send, UnsupportedMediaTypeError())
@@ -290,6 +307,24 @@ class BodyGuardMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body, or :class:`_Refused` (too large; the client left)."""
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope[CLIENT_DISCONNECTED] = True  # logged as such, not as a 500
+                raise _Refused(None)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _Refused(self._too_large())
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _form_allowed(self, scope: Scope, content_type: str | None) -> bool:
         """HTML forms (the status page's) may post form-encoded bodies on their paths."""

@@ -70,7 +70,7 @@ async def read_status_unless_current(
     ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
     not read and nothing is built (one statement)."""
     async with engine.connect() as conn:
-        job = await reads.get_job(conn, job_id, owner=owner, now=clock.now())
+        job = await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
         if job is None:
             raise JobNotFoundError()
         if etag_matches(if_none_match, job.version):
@@ -108,6 +108,20 @@ def settle(reply: JobPublic | ApiError) -> JobPublic:
     if isinstance(reply, ApiError):
         raise reply
     return reply
+
+
+def status_response(
+    public: JobPublic, headers: dict[str, str], *, status_code: int = 200
+) -> Response:
+    """The status body serialized once, as the route's ``response_model`` would (by
+    alias, nothing excluded), with ``headers``: FastAPI passes a ``Response`` through
+    without validating and serializing the model again."""
+    return Response(
+        public.model_dump_json(by_alias=True),
+        status_code=status_code,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
@@ -173,4 +187,5 @@ __all__ = [
     "read_status_unless_current",
     "settle",
     "status_headers",
+    "status_response",
 ]

@@ -98,6 +98,46 @@ SELECT created.*, admission.unfinished AS admission_unfinished
  ORDER BY created.seq
 """)
 
+# create_keyed: ONE job with an Idempotency-Key in ONE statement (its own transaction
+# when run in autocommit) -- what CREATE_ADMITTED does, behind the key's two guards:
+# * guard: the key's in-flight lock (the one IDEMPOTENCY_LOCKS takes, same scope), try-only:
+#   not taken (``key_free`` false) -> nothing else runs; the caller answers 409;
+# * admission: the per-owner rule as in CREATE_ADMITTED (no count when :admit_cap is NULL);
+# * keyed: the key row, inserted ON CONFLICT DO NOTHING only when admitted. The job is
+#   written only when the key row was (EXISTS keyed): a key already stored creates nothing
+#   -- the caller reads it (reads.idempotency_keys_seen) and replays its job or answers 422.
+#   ON CONFLICT sees a key committed after this statement's snapshot was taken (READ
+#   COMMITTED), and one in flight holds the guard, so a key never gets two jobs.
+# The key row references the job written later in the same statement: foreign keys are
+# checked at the end of the statement. Answer: ONE row with ``key_free``,
+# ``admission_unfinished`` (NULL without the guard) and the created job's columns (``id``
+# NULL when nothing was created).
+CREATE_KEYED = text(f"""
+WITH guard AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended(CAST(:key_scope AS text), 0)) AS free
+), admission AS (
+    SELECT CASE WHEN NOT guard.free THEN NULL
+                WHEN CAST(:admit_cap AS integer) IS NULL THEN 0
+                ELSE atlas_admission_count(CAST(:admit_owner AS text),
+                                           CAST(:admit_cap AS integer))
+           END AS unfinished
+      FROM guard
+), keyed AS (
+    INSERT INTO idempotency_keys (owner, key, fingerprint, job_id)
+    SELECT CAST(:admit_owner AS text), CAST(:key AS text), CAST(:fingerprint AS text),
+           (CAST(:p_id AS uuid[]))[1]
+      FROM admission
+     WHERE admission.unfinished + 1
+           <= COALESCE(CAST(:admit_cap AS integer), admission.unfinished + 1)
+        ON CONFLICT DO NOTHING
+    RETURNING job_id
+), input AS ({_CREATION_INPUT}
+     WHERE EXISTS (SELECT 1 FROM keyed)
+), {_CREATION_WRITES}
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.*
+  FROM guard CROSS JOIN admission LEFT JOIN created ON true
+""")
+
 # late_cancel: a cancel that found the job finished changes nothing but is recorded
 # (from = to = the final state), so the late request is visible in the history. The same
 # actor repeating it while it is still the job's last history row only counts up

@@ -3,6 +3,7 @@ describes, the error document."""
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +42,15 @@ class OwnerAtCapacity(Exception):  # noqa: N818 - a refusal, not a failure
     def __init__(self, unfinished: int) -> None:
         super().__init__(f"{unfinished} unfinished jobs")
         self.unfinished = unfinished
+
+
+class KeyedRefusal(enum.Enum):
+    """Why a keyed creation (``create_keyed``) created nothing, besides the cap."""
+
+    IN_FLIGHT = "in_flight"
+    """Another request holds the key's in-flight lock (SPEC: 409)."""
+    STORED = "stored"
+    """The key is already stored: its job is the answer (or 422 for another body)."""
 
 
 def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict[str, Any]:

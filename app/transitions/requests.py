@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
-from app.db.queries import CREATE, CREATE_ADMITTED, LATE_CANCEL
+from app.db.queries import CREATE, CREATE_ADMITTED, CREATE_KEYED, LATE_CANCEL
 from app.db.schema import jobs
 from app.lifecycle import (
     CANCEL_TOO_LATE,
@@ -21,7 +21,7 @@ from app.lifecycle import (
     JobState,
     TransitionName,
 )
-from app.transitions.base import NewJob, OwnerAtCapacity, Service, error_doc
+from app.transitions.base import KeyedRefusal, NewJob, OwnerAtCapacity, Service, error_doc
 
 _N = TransitionName
 
@@ -62,29 +62,81 @@ class RequestMoves(Service):
             admission = {"admit_owner": owner, "admit_cap": admission_cap}
         rows = await conn.execute(
             CREATE if admission_cap is None else CREATE_ADMITTED,
-            {
-                **admission,
-                "p_id": ids,
-                "p_owner": [n.owner for n in batch],
-                "p_kind": [n.kind for n in batch],
-                "p_kind_version": [n.kind_version for n in batch],
-                "p_input": [json.dumps(dict(n.input)) for n in batch],
-                "p_max_attempts": [n.max_attempts for n in batch],
-                "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
-                "p_request_id": [n.request_id for n in batch],
-                "p_idempotency_key": [n.idempotency_key for n in batch],
-                "p_replay_of": [n.replay_of for n in batch],
-                "p_data": [_creation_data(n) for n in batch],
-                "transition": transition.value,
-                "actor": str(actor),
-                "note": note,
-                **self.clock.bind(),
-            },
+            {**admission, **self._creation_params(ids, batch, transition, actor, note)},
         )
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
             raise OwnerAtCapacity(int(by_id[None].admission_unfinished))
         return [Applied(transition, None, JobState.QUEUED, by_id[job_id]) for job_id in ids]
+
+    async def create_keyed(
+        self,
+        conn: AsyncConnection,
+        new: NewJob,
+        *,
+        fingerprint: str,
+        actor: Actor,
+        admission_cap: int | None = None,
+    ) -> Applied | KeyedRefusal:
+        """Create ONE job with its Idempotency-Key (``new.idempotency_key``) in ONE
+        statement (``CREATE_KEYED``): the key's in-flight lock, the admission rule when
+        ``admission_cap`` is set, the key row, the job and its history row. Nothing is
+        created when the key is held by a request in flight
+        (:attr:`KeyedRefusal.IN_FLIGHT`), already stored (:attr:`KeyedRefusal.STORED`:
+        read it to replay its job) or when the cap refuses (:class:`OwnerAtCapacity`;
+        the key may be stored too: a replay is never refused, so read it first)."""
+        key = new.idempotency_key
+        if key is None:
+            raise ValueError("create_keyed needs new.idempotency_key")
+        check_actor(TRANSITIONS[_N.CREATE], actor)
+        job_id = uuid.uuid4()
+        row = (
+            await conn.execute(
+                CREATE_KEYED,
+                {
+                    "key_scope": f"{new.owner}:{key}",
+                    "key": key,
+                    "fingerprint": fingerprint,
+                    "admit_owner": new.owner,
+                    "admit_cap": admission_cap,
+                    **self._creation_params([job_id], [new], _N.CREATE, actor, None),
+                },
+            )
+        ).one()
+        if not row.key_free:
+            return KeyedRefusal.IN_FLIGHT
+        if row.id is not None:
+            return Applied(_N.CREATE, None, JobState.QUEUED, row)
+        if admission_cap is not None and row.admission_unfinished + 1 > admission_cap:
+            raise OwnerAtCapacity(int(row.admission_unfinished))
+        return KeyedRefusal.STORED
+
+    def _creation_params(
+        self,
+        ids: Sequence[uuid.UUID],
+        batch: Sequence[NewJob],
+        transition: TransitionName,
+        actor: Actor,
+        note: str | None,
+    ) -> dict[str, Any]:
+        """The parameters of the creation statements (``_CREATION_INPUT``)."""
+        return {
+            "p_id": ids,
+            "p_owner": [n.owner for n in batch],
+            "p_kind": [n.kind for n in batch],
+            "p_kind_version": [n.kind_version for n in batch],
+            "p_input": [json.dumps(dict(n.input)) for n in batch],
+            "p_max_attempts": [n.max_attempts for n in batch],
+            "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
+            "p_request_id": [n.request_id for n in batch],
+            "p_idempotency_key": [n.idempotency_key for n in batch],
+            "p_replay_of": [n.replay_of for n in batch],
+            "p_data": [_creation_data(n) for n in batch],
+            "transition": transition.value,
+            "actor": str(actor),
+            "note": note,
+            **self.clock.bind(),
+        }
 
     async def replay(
         self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None

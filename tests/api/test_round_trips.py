@@ -123,25 +123,41 @@ async def test_a_status_read_is_one_statement_without_transaction_round_trips(
     assert trips.control == []
 
 
-async def test_create_with_idempotency_key(
+async def test_create_with_idempotency_key_is_one_statement(
     app: FastAPI, client: httpx.AsyncClient, keys: Keys
 ) -> None:
-    """Plus the in-flight lock, the key lookup (with its job) and the key row.
-    In a transaction (BEGIN, COMMIT). Before: 9 statements, and 6 for a replay, on 3
-    connections; then 7 and 3 on 2."""
+    """The key's in-flight lock, admission, the key row, the job and its history row in
+    ONE statement, its own transaction (no BEGIN/COMMIT); a replay is that statement
+    (which finds the key stored and creates nothing) plus the read of the key's job.
+    Before: 9 statements, and 6 for a replay, on 3 connections; then 7 and 3 on 2; then
+    4 + BEGIN/COMMIT and 2 + BEGIN/COMMIT on 1."""
     headers = {**keys.a, "Idempotency-Key": "trips-1"}
     with counting(app) as trips:
         created = await client.post("/v1/jobs", json=BODY, headers=headers)
+        await asyncio.sleep(0)
     assert created.status_code == 202, created.text
-    assert len(trips.statements) == 5, trips.statements  # the first: with authentication
+    assert len(trips.statements) == 2, trips.statements  # the first: with authentication
+    assert trips.statements[1].startswith("WITH guard AS"), trips.statements
     assert trips.checkouts == 2
+    assert trips.control == []
+    with counting(app) as trips:
+        again = await client.post(
+            "/v1/jobs", json=BODY, headers={**headers, "Idempotency-Key": "trips-2"}
+        )
+        await asyncio.sleep(0)
+    assert again.status_code == 202, again.text
+    assert len(trips.statements) == 1, trips.statements
+    assert trips.checkouts == 1
+    assert trips.control == []
     with counting(app) as trips:
         replayed = await client.post("/v1/jobs", json=BODY, headers=headers)
+        await asyncio.sleep(0)
     assert replayed.status_code == 202
     assert replayed.headers["Idempotency-Replayed"] == "true"
     assert replayed.json()["id"] == created.json()["id"]
-    assert len(trips.statements) == 2, trips.statements  # the key lock, the key lookup
+    assert len(trips.statements) == 2, trips.statements  # the keyed creation, the key's read
     assert trips.checkouts == 1
+    assert trips.control == []
 
 
 async def test_cancel_is_one_statement_after_auth(

@@ -18,11 +18,12 @@ from app.api.longpoll import held_status, unless_client_leaves
 from app.api.middleware import CLIENT_CLOSED_STATUS
 from app.api.reading import (
     answer,
-    answer_row,
+    public_status,
     public_statuses,
     read_status_unless_current,
     settle,
     status_headers,
+    status_response,
 )
 from app.api.responses import CREATION_PROBLEMS, headers, problems
 from app.api.schemas import (
@@ -88,13 +89,14 @@ async def create(
     body: JobCreate,
     state: StateDep,
     principal: CurrentPrincipal,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> JobPublic:
+) -> Any:
     """Accept a job. The 202 is sent only after the job row is committed."""
     # Answered from the row the creation returned, in the same transaction; a creation
     # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
-    engine = state.engine if needs_transaction(body, idempotency_key) else state.reads
+    engine = (
+        state.engine if needs_transaction(body, idempotency_key, state.settings) else state.reads
+    )
     async with engine.begin() as conn:
         created = await create_job(
             conn,
@@ -106,13 +108,14 @@ async def create(
             settings=state.settings,
         )
         bind_job(created.job.id)
-        public = await answer_row(conn, created.job, response)
-    response.headers["Location"] = job_path(created.job.id)
+        public = await public_status(conn, created.job)
+    found = status_headers(created.job)
+    found["Location"] = job_path(created.job.id)
     if created.replayed:
-        response.headers["Idempotency-Replayed"] = "true"
+        found["Idempotency-Replayed"] = "true"
     else:
         state.metrics.jobs_created.labels(created.job.kind).inc()
-    return public
+    return status_response(public, found, status_code=status.HTTP_202_ACCEPTED)
 
 
 @batch_router.post(
@@ -235,7 +238,6 @@ async def get(
     state: StateDep,
     principal: CurrentPrincipal,
     request: Request,
-    response: Response,
     if_none_match: Annotated[
         str | None,
         Header(
@@ -283,8 +285,7 @@ async def get(
     if public is None or etag_matches(if_none_match, job.version):
         # (a plain read leaves the body unbuilt exactly when the ETag matches)
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=found)
-    response.headers.update(found)
-    return public
+    return status_response(public, found)
 
 
 @router.post(

@@ -1,0 +1,227 @@
+"""CPU time per request of the API process, atlas beside the bare endpoint -- the steadier
+figure on a shared box, where throughput moves with everyone else's load.
+
+For each scenario and each side (``atlas-jobs api``, :mod:`benchmarks.bare_app`), the load
+generator first warms up (its own run, not counted), then sends ``--requests`` requests at
+``--concurrency`` keep-alive connections while the server's ``utime + stime``
+(``/proc/<pid>/stat``) is read before and after: the difference divided by the requests
+is the server's CPU per request. Both servers run on one throwaway database of the
+embedded PostgreSQL (or ``DATABASE_URL``'s server), as in ``make bench``'s http section.
+
+``--atlas-repo DIR`` serves the API from another checkout (a git worktree of a base commit,
+say) with this one's virtualenv, to compare before and after in one run; ``--rounds N``
+alternates the sides N times; ``--profile DIR`` records a py-spy flame graph
+(``api-<scenario>.svg``) of the atlas process during its measured run of each scenario.
+
+    python -m benchmarks.cpu_per_request --requests 1000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.apikeys import Role, create_key
+from app.db.engine import create_engine, normalize_url, resolve_database_url
+from app.settings import Settings
+from benchmarks.peer_adapter import migrate, reset_database
+from benchmarks.suite import (
+    NOOP_BODY,
+    REPO,
+    drop_database,
+    free_port,
+    load,
+    server_process,
+    with_database,
+)
+
+SCENARIOS = ("create", "create_key", "status_200", "status_304")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (not its children), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def specs(
+    scenario: str, side: str, port: int, auth: dict[str, str], target: tuple[str, str]
+) -> dict[str, Any]:
+    path, etag = target
+    base: dict[str, Any] = {"port": port, "headers": dict(auth) if side == "atlas" else {}}
+    create_path = "/v1/jobs" if side == "atlas" else "/bare/jobs"
+    if scenario in ("create", "create_key"):
+        base |= {"method": "POST", "paths": [create_path], "body": NOOP_BODY, "expect": 202}
+        if scenario == "create_key":
+            base["idempotency_keys"] = uuid.uuid4().hex
+        return base
+    base |= {"method": "GET", "paths": [path], "expect": 200}
+    if scenario == "status_304":
+        base["headers"]["If-None-Match"] = etag
+        base["expect"] = 304
+    return base
+
+
+@contextmanager
+def py_spy(pid: int, svg: Path) -> Iterator[None]:
+    recorder = subprocess.Popen(  # noqa: S603 - a dev tool of this venv
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "-p",
+            str(pid),
+            "-o",
+            str(svg),
+            "--rate",
+            "250",
+            *([] if os.environ.get("PYSPY_NONATIVE") else ["--native"]),
+            "--format",
+            "raw" if svg.suffix == ".txt" else "flamegraph",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        recorder.send_signal(2)
+        recorder.wait(timeout=60)
+
+
+def measure(
+    args: argparse.Namespace, pids: dict[str, int], ports: dict[str, int], key: str
+) -> list[dict[str, Any]]:
+    auth = {"Authorization": f"Bearer {key}"}
+    a = httpx.post(f"http://127.0.0.1:{ports['atlas']}/v1/jobs", json=NOOP_BODY, headers=auth)
+    b = httpx.post(f"http://127.0.0.1:{ports['bare']}/bare/jobs", json=NOOP_BODY)
+    a.raise_for_status()
+    b.raise_for_status()
+    targets = {
+        "atlas": (f"/v1/jobs/{a.json()['id']}", a.headers["ETag"]),
+        "bare": (f"/bare/jobs/{b.json()['id']}", b.headers["ETag"]),
+    }
+    rows: list[dict[str, Any]] = []
+    for round_no in range(args.rounds):
+        for scenario in args.scenarios:
+            for side in ("atlas", "bare"):
+                spec = specs(scenario, side, ports[side], auth, targets[side])
+                warm = {
+                    **spec,
+                    "requests": args.warmup,
+                    "warmup": 0,
+                    "concurrency": args.concurrency,
+                }
+                load(warm)
+                measured = {**spec, "requests": args.requests, "warmup": 0}
+                measured["concurrency"] = args.concurrency
+                if "idempotency_keys" in spec:
+                    measured["idempotency_keys"] = uuid.uuid4().hex
+                loadavg = os.getloadavg()[0]
+                with ExitStack() as stack:
+                    if args.profile and round_no == 0 and (side == "atlas" or args.profile_bare):
+                        name = f"api-{scenario}" if side == "atlas" else f"bare-{scenario}"
+                        svg = args.profile / f"{name}.{args.profile_format}"
+                        stack.enter_context(py_spy(pids[side], svg))
+                    before = cpu_seconds(pids[side])
+                    result = load(measured)
+                    after = cpu_seconds(pids[side])
+                row = {
+                    "round": round_no,
+                    "scenario": scenario,
+                    "side": side,
+                    "cpu_ms_per_request": round((after - before) * 1000 / args.requests, 3),
+                    "rps": result["rps"],
+                    "p50_ms": result["p50_ms"],
+                    "load": round(loadavg, 2),
+                }
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+async def prepare(url: str) -> str:
+    """A fresh, migrated database and an API key of the owner ``bench``."""
+    await reset_database(url)
+    await asyncio.to_thread(migrate, url)
+    engine = create_engine(url, pool_size=1, application_name="atlas-bench")
+    try:
+        async with engine.begin() as conn:
+            key = await create_key(conn, owner="bench", roles=[Role.CLIENT])
+    finally:
+        await engine.dispose()
+    return key
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--scenarios", type=lambda s: s.split(","), default=list(SCENARIOS))
+    parser.add_argument("--atlas-repo", type=Path, default=REPO)
+    parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--profile-format", choices=("svg", "txt"), default="svg")
+    parser.add_argument("--profile-bare", action="store_true")
+    args = parser.parse_args()
+    explicit = os.environ.get("DATABASE_URL")
+    base_url = normalize_url(explicit) if explicit else resolve_database_url(Settings())
+    run_id = uuid.uuid4().hex[:8]
+    url = with_database(base_url, f"atlas_bench_cpu_{run_id}")
+    key = asyncio.run(prepare(url))
+    try:
+        with tempfile.TemporaryDirectory(prefix="atlas-bench-cpu-") as tmp:
+            env = {
+                **os.environ,
+                "DATABASE_URL": url,
+                "ATLAS_DATA_DIR": tmp,
+                "ATLAS_SIGNING_SECRET": secrets.token_hex(32),
+                "ATLAS_LOG_LEVEL": "WARNING",
+                "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": str(10**9),
+            }
+            ports = {"atlas": free_port(), "bare": free_port()}
+            with (
+                server_process(
+                    ["-m", "app.cli", "api", "--port", str(ports["atlas"])],
+                    env={**env, "PYTHONPATH": str(args.atlas_repo)},
+                    log_path=Path(tmp) / "atlas-api.log",
+                    port=ports["atlas"],
+                    cwd=args.atlas_repo,
+                ) as atlas,
+                server_process(
+                    ["-m", "benchmarks.bare_app", "--port", str(ports["bare"])],
+                    env={**env, "PYTHONPATH": str(REPO)},
+                    log_path=Path(tmp) / "bare-api.log",
+                    port=ports["bare"],
+                ) as bare,
+            ):
+                if args.profile:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                rows = measure(args, {"atlas": atlas.pid, "bare": bare.pid}, ports, key)
+    finally:
+        asyncio.run(drop_database(url))
+    print("\nscenario     side   cpu ms/request (each round)        req/s (each round)")
+    for scenario in args.scenarios:
+        for side in ("atlas", "bare"):
+            mine = [r for r in rows if r["scenario"] == scenario and r["side"] == side]
+            cpu = " / ".join(f"{r['cpu_ms_per_request']:.2f}" for r in mine)
+            rps = " / ".join(f"{r['rps']:.0f}" for r in mine)
+            print(f"{scenario:<12} {side:<6} {cpu:<34} {rps}")
+
+
+if __name__ == "__main__":
+    main()

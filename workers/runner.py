@@ -113,6 +113,9 @@ class JobRunner:
         try:
             if handler is None:  # the claim filter makes this unreachable in practice
                 raise PermanentError("no_handler", f"no handler for {job.kind}@{job.kind_version}")
+            # A job may have waited in the pool's local queue: whatever was seen
+            # meanwhile (a cancel, a lost lease, a shutdown) stops it before any work.
+            await ctx.safe_point()
             plan = await handler(ctx)
             await ctx.safe_point()
             return await self._publish(ctx, plan)

@@ -110,6 +110,9 @@ class WorkerPool:
         """Most claimed jobs held beyond the running slots while claims come back full."""
         self.claim_batch = claim_batch or min(concurrency + self.prefetch, MAX_CLAIM)
         self._min_claim = max(1, min(concurrency, self.claim_batch) // 4)
+        # While prefetching, the local queue keeps the slots fed during a claim: wait
+        # until half a batch is free (fewer, larger claims) instead of claiming per slot.
+        self._min_claim_busy = max(self._min_claim, self.claim_batch // 2)
         self.worker_id = worker_id or default_worker_id()
         self.handlers = handlers if handlers is not None else registry()
         self.engine: AsyncEngine = create_engine(
@@ -293,7 +296,8 @@ class WorkerPool:
         keys = sorted(self.handlers)
         while not stop.is_set():
             room = self._claim_room()
-            if room <= 0 or ((self._running or self._local) and room < self._min_claim):
+            least = self._min_claim_busy if self._busy else self._min_claim
+            if room <= 0 or ((self._running or self._local) and room < least):
                 # Wait for a worthwhile batch rather than claiming jobs one by one
                 # while others are finishing (they free their slots within moments).
                 self._slot_freed.clear()

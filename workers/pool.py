@@ -180,6 +180,12 @@ class WorkerPool:
         self._busy = False
         """The last claim came back full: prefetching is on."""
         self._stopping = False
+        self._working = 0
+        """Started jobs whose work is not done yet (they hold a slot)."""
+        self._solo = 0
+        """Publications in a transaction of their own (each holds a connection)."""
+        self._grouped = 0
+        """Publications waiting in the completer's group commit."""
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
 
@@ -214,13 +220,23 @@ class WorkerPool:
     def _publishing(self, ctx: JobContext) -> None:
         """The job's work is done; only its publication is in flight. Its slot is free
         for the next job, so claiming overlaps the commit of finished jobs."""
+        self._working -= 1
+        if ctx.group_commit:
+            self._grouped += 1
+        else:
+            self._solo += 1
         self._dispatch()
         self._slot_freed.set()
 
     def _free_slots(self) -> int:
-        working = sum(1 for ctx, _ in self._running.values() if not ctx.publishing)
-        # Publications in flight are bounded too: at most one extra slot set of them.
-        return min(self.concurrency - working, 2 * self.concurrency - len(self._running))
+        # Publications in flight are bounded too: those in a transaction of their own
+        # (a connection each) to one extra slot set, those in the group commit (one
+        # statement for all) to the completer's batch.
+        return min(
+            self.concurrency - self._working,
+            2 * self.concurrency - self._working - self._solo,
+            self.completer.max_batch - self._grouped,
+        )
 
     def _claim_room(self) -> int:
         """How many jobs the next claim may take: the free slots not already promised
@@ -330,6 +346,7 @@ class WorkerPool:
                 )
 
     def _begin(self, ctx: JobContext) -> None:
+        self._working += 1
         task = asyncio.create_task(self._run_job(ctx), name=f"job-{ctx.job_id}")
         self._running[ctx.job_id] = (ctx, task)
 
@@ -352,6 +369,12 @@ class WorkerPool:
             entry = self._running.get(ctx.job_id)
             if entry is not None and entry[0] is ctx:
                 del self._running[ctx.job_id]
+            if not ctx.publishing:
+                self._working -= 1
+            elif ctx.group_commit:
+                self._grouped -= 1
+            else:
+                self._solo -= 1
             self._dispatch()
             self._slot_freed.set()
 

@@ -22,14 +22,22 @@ waiting there is a held attempt like a running one:
 
 A claim that comes back short (the queue is not busy) turns prefetching off until a
 claim fills again, so an idle fleet's pickup latency and its spread of jobs between
-processes stay as they were: a process never hoards jobs another one could start.
+processes stay as they were: a process takes jobs ahead of its slots only from a
+backlog, and at most ``prefetch`` of them. While prefetching it claims again once half a
+batch is free (fewer, larger claims; the local queue feeds the slots meanwhile).
+
+A job whose work is done frees its slot while its publication commits. Publications in
+flight are bounded separately: those in a transaction of their own (a connection each)
+to one extra slot set, those waiting in the completer's group commit (one statement for
+all) to the completer's batch -- so a group commit takes as many jobs as the claims fed.
 
 Beside it run one heartbeat loop for every held attempt, a reaper, a sweeper and a
 scheduler (every process runs them; ``SKIP LOCKED`` and the tick rows make that safe)
 and the LISTEN connection.
 
 SIGTERM/SIGINT: stop claiming; jobs waiting in the local queue are released at once;
-every running job stops at its next safe point and is released (back to ``queued``, attempt not charged) -- a job already publishing finishes.
+every running job stops at its next safe point and is released (back to ``queued``,
+attempt not charged) -- a job already publishing finishes.
 After ``ATLAS_SHUTDOWN_GRACE_SECONDS`` the jobs still running are interrupted and
 released. Then the process exits 0.
 """

@@ -19,7 +19,6 @@ from app.clock import Clock
 from app.settings import Settings
 from app.transitions import Actor
 from tests.workers.inprocess import KEY, LEASE, Harness, bounded, until
-from tests.workers.test_completer import statements
 from workers.context import JobContext
 from workers.handlers.base import NO_FILES, Handler, PublishPlan
 from workers.pool import WorkerPool
@@ -80,9 +79,7 @@ async def test_prefetched_jobs_keep_their_leases_while_they_wait_and_run_once_ea
     finds nothing to rescue, and each runs once, in one attempt."""
     job_ids = [await harness.create() for _ in range(3)]
     gate = Gate()
-    pool = _pool(
-        settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2
-    )
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:
@@ -93,11 +90,10 @@ async def test_prefetched_jobs_keep_their_leases_while_they_wait_and_run_once_ea
             harness.clock.advance(LEASE * 2 / 3)
             await bounded(pool.heartbeat.beat_once())
         assert await Reaper(harness.engine, harness.transitions).run_once() == 0
-        assert len(pool._local) == 2 and not any(c.lost for c in pool._local.values())
+        assert len(pool._local) == 2
+        assert not any(c.lost for c in pool._local.values())
         gate.open.set()
-        await until(
-            lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * 3
-        )
+        await until(lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * 3)
     finally:
         stop.set()
         gate.open.set()
@@ -116,9 +112,7 @@ async def test_a_cancel_seen_for_a_locally_queued_job_stops_it_before_any_work(
 ) -> None:
     job_ids = [await harness.create() for _ in range(3)]
     gate = Gate()
-    pool = _pool(
-        settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2
-    )
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:
@@ -133,9 +127,7 @@ async def test_a_cancel_seen_for_a_locally_queued_job_stops_it_before_any_work(
         assert waiting not in gate.ran  # the handler never ran for it
         gate.open.set()
         others = [j for j in job_ids if j != waiting]
-        await until(
-            lambda: _states(harness, others), lambda states: states == ["succeeded"] * 2
-        )
+        await until(lambda: _states(harness, others), lambda states: states == ["succeeded"] * 2)
     finally:
         stop.set()
         gate.open.set()
@@ -156,9 +148,7 @@ async def test_shutdown_releases_unstarted_prefetched_jobs_uncharged_and_a_secon
 ) -> None:
     job_ids = [await harness.create(max_attempts=1) for _ in range(3)]
     gate = Gate()
-    pool = _pool(
-        settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2
-    )
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:
@@ -190,9 +180,7 @@ async def test_shutdown_releases_unstarted_prefetched_jobs_uncharged_and_a_secon
     stop2 = asyncio.Event()
     task2 = asyncio.create_task(pool2.run(stop2))
     try:
-        await until(
-            lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * 3
-        )
+        await until(lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * 3)
     finally:
         stop2.set()
         await bounded(task2)
@@ -206,9 +194,7 @@ async def test_a_pool_whose_claim_came_back_short_takes_nothing_ahead_of_the_oth
     busy stay in the shared queue for a pool with free slots."""
     gate = Gate()
     first = await harness.create()
-    pool = _pool(
-        settings, database_url, harness.clock, {KEY: gate}, concurrency=2, prefetch=4
-    )
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=2, prefetch=4)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     other = Gate()
@@ -220,7 +206,8 @@ async def test_a_pool_whose_claim_came_back_short_takes_nothing_ahead_of_the_oth
     task2: asyncio.Task[None] | None = None
     try:
         await bounded(gate.first_started.wait())  # claimed 1 of the 2 it asked for: short
-        assert not pool._busy and pool._local == {}
+        assert not pool._busy
+        assert pool._local == {}
         second = await harness.create()
         await until(lambda: harness.row(second), lambda row: row.state == "running")
         # Both slots busy now; the claims after it found the queue empty.
@@ -264,9 +251,7 @@ async def test_a_drain_sends_few_statements_per_job(
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:
-        await until(
-            lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * n
-        )
+        await until(lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * n)
     finally:
         stop.set()
         await bounded(task)

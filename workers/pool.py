@@ -120,7 +120,9 @@ class WorkerPool:
         self._min_claim = max(1, min(concurrency, self.claim_batch) // 4)
         # While prefetching, the local queue keeps the slots fed during a claim: wait
         # until half a batch is free (fewer, larger claims) instead of claiming per slot.
-        self._min_claim_busy = max(self._min_claim, self.claim_batch // 2)
+        self._min_claim_busy = (
+            max(self._min_claim, self.claim_batch // 2) if self.prefetch else self._min_claim
+        )
         self.worker_id = worker_id or default_worker_id()
         self.handlers = handlers if handlers is not None else registry()
         self.engine: AsyncEngine = create_engine(

@@ -143,6 +143,33 @@ async def test_a_cancel_seen_for_a_locally_queued_job_stops_it_before_any_work(
     )
 
 
+async def test_a_locally_queued_job_whose_lease_is_lost_is_dropped_unstarted(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    await harness.create()
+    waiting_ids = [await harness.create() for _ in range(2)]
+    gate = Gate()
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await bounded(gate.first_started.wait())
+        await _until_local(pool, 2)
+        before = [await harness.snapshot(job_id) for job_id in waiting_ids]
+        harness.clock.advance(LEASE + 1)  # no beat in time: every lease is gone
+        await bounded(pool.heartbeat.beat_once())
+        assert pool._local == {}
+        assert pool.heartbeat.lost_while_alive == 3
+    finally:
+        stop.set()
+        gate.open.set()
+        await bounded(task)
+
+    assert [j for j in gate.ran if j in waiting_ids] == []  # never started
+    # Nothing written by this process: the reaper rescues them as any lost lease.
+    assert [await harness.snapshot(job_id) for job_id in waiting_ids] == before
+
+
 async def test_shutdown_releases_unstarted_prefetched_jobs_uncharged_and_a_second_pool_runs_them(
     harness: Harness, settings: Settings, database_url: str
 ) -> None:

@@ -62,6 +62,15 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
     )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
+    worker_prefetch: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Most claimed jobs a worker process holds beyond its running slots, waiting "
+            "for a slot (their leases are extended like running ones). Only taken while "
+            "claims come back full; unset means the process's concurrency, 0 turns it off."
+        ),
+    )
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     startup_wait_seconds: float = Field(
         default=30.0,

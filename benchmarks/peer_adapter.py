@@ -21,10 +21,12 @@ Everything measured is the project's real code, nothing skipped:
 * completion is verified in the database: every job ``succeeded`` with its ``create``,
   ``claim`` and ``publish`` history rows.
 
-``--concurrency C`` is the pool's ``concurrency`` (job slots of one worker process; it
-claims up to ``min(C, 100)`` jobs per statement). Logging is the project's
-(``configure_logging``) at ``ATLAS_LOG_LEVEL`` (WARNING unless set: the peers log
-nothing per job either).
+``--concurrency C`` is the pool's ``concurrency`` (job slots of one worker process).
+``ATLAS_WORKER_PREFETCH`` (the production setting, read from the environment as the
+service does; unset = C) is how many jobs the pool claims beyond its free slots while
+claims come back full; it claims up to ``min(C + prefetch, 100)`` jobs per statement.
+Logging is the project's (``configure_logging``) at ``ATLAS_LOG_LEVEL`` (WARNING unless
+set: the peers log nothing per job either).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from app.settings import Settings
 from app.transitions import Actor, NewJob, Transitions
 from workers.context import JobContext
 from workers.handlers import HANDLERS, PublishPlan, registry
-from workers.pool import WorkerPool
+from workers.pool import MAX_CLAIM, WorkerPool
 
 REPO = Path(__file__).resolve().parent.parent
 KIND = "atlas.noop"
@@ -250,6 +252,12 @@ class Atlas:
 # -- modes (as peers/_common.py) ------------------------------------------------------
 
 
+def _prefetch(concurrency: int) -> int:
+    """The pool's prefetch as the service resolves it (``ATLAS_WORKER_PREFETCH``)."""
+    configured = Settings().worker_prefetch
+    return concurrency if configured is None else configured
+
+
 def _result(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "system": "atlas",
@@ -263,7 +271,8 @@ def _result(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
         "p99_ms": None,
         "knobs": {
             "concurrency": args.concurrency,
-            "claim_batch": min(args.concurrency, 100),
+            "prefetch": _prefetch(args.concurrency),
+            "claim_batch": min(args.concurrency + _prefetch(args.concurrency), MAX_CLAIM),
             "worker_processes": 1,
             "log_level": os.environ.get("ATLAS_LOG_LEVEL", "WARNING"),
         },

@@ -43,12 +43,14 @@ class Completer:
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
 
-    async def publish(self, ctx: JobContext) -> bool:
-        """Publish this attempt's (empty) result; True when it committed."""
+    def publish(self, ctx: JobContext) -> asyncio.Future[bool]:
+        """Queue this attempt's (empty) result for the next flush; the future answers
+        True when it committed. A plain future, not a task: awaiting (or shielding) it
+        costs no task per job."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(ctx, done))
         self._ready.set()
-        return await done
+        return done
 
     async def flush_once(self) -> int:
         batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]

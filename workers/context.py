@@ -101,6 +101,9 @@ class JobContext:
         self.cancel_requested = False
         self.draining = False
         self.publishing = False
+        self.group_commit = False
+        """Its publication waits in the completer's group commit (no connection of its
+        own), not in a transaction of its own."""
         self.past_no_return = False
         """An external publication has started: a cancel or a drain no longer stops the
         job at a safe point (SPEC: a cancel that arrives during publication loses)."""

@@ -3,7 +3,8 @@
 Every ``lease / 3`` seconds one statement extends all leases (database time), on a
 connection of its own so job work never delays it. What it
 learns goes back to the job contexts: a cancel request (seen at the next safe point)
-or a lost lease (the job task is stopped and writes nothing more).
+or a lost lease (the job task is stopped and writes nothing more). The pool's held
+attempts include the jobs waiting in its local queue, so their leases are extended too.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ class Heartbeat:
         transitions: Transitions,
         held: Callable[[], Mapping[uuid.UUID, JobContext]],
         on_lost: Callable[[JobContext], None],
+        *,
+        on_beat: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
         self.held = held
         self.on_lost = on_lost
+        self.on_beat = on_beat
+        """Called after each beat's answers reached the contexts (the pool starts a
+        locally queued job whose cancel request the beat saw)."""
         self.interval = transitions.lease_seconds / 3
         self.lost_while_alive = 0
         """Leases this live process found lost: a beat came too late (a starved process,
@@ -65,6 +71,8 @@ class Heartbeat:
             else:
                 ctx.observe(state)
         self._last_beat = started
+        if self.on_beat is not None:
+            self.on_beat()
 
     async def run(self) -> None:
         """Beat every ``lease / 3`` on a fixed cadence: a slow beat shortens the next

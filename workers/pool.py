@@ -1,16 +1,43 @@
 """The worker process: claims jobs, runs them, heartbeats, reaps, sweeps, drains.
 
-Main loop: while there are free slots, claim up to ``min(free, claim_batch)`` jobs in one
-short statement (:meth:`app.transitions.Transitions.claim`), start a task per job, and
-when the queue has nothing for us, sleep until ``atlas_work`` is notified or the poll
-interval passes. No work ever happens inside the claim transaction.
+Main loop: while there is room, claim up to ``claim_batch`` jobs in one short statement
+(:meth:`app.transitions.Transitions.claim`) into the process's local queue, start a task
+per job as slots free up, and when the queue has nothing for us, sleep until
+``atlas_work`` is notified or the poll interval passes. No work ever happens inside the
+claim transaction.
+
+The local queue (graphile-worker's ``localQueue``): while claims come back full (the
+queue is busy) a process claims up to ``prefetch`` jobs more than its free slots
+(``ATLAS_WORKER_PREFETCH``, default: its concurrency), so claiming is decoupled from the
+slot count and the next batch is already claimed while the current one runs. A job
+waiting there is a held attempt like a running one:
+
+* the heartbeat extends its lease (it is part of :meth:`WorkerPool._held`);
+* a lost lease drops it (it is never started);
+* a cancel request the heartbeat sees starts it at once: it passes the safe point every
+  attempt passes before its handler (:meth:`workers.runner.JobRunner.run`) and ends
+  ``canceled`` without running any work;
+* on shutdown it is released like a running job stopped at a safe point: back to
+  ``queued`` with its history row, the attempt not charged.
+
+A claim that comes back short (the queue is not busy) turns prefetching off until a
+claim fills again, so an idle fleet's pickup latency and its spread of jobs between
+processes stay as they were: a process takes jobs ahead of its slots only from a
+backlog, and at most ``prefetch`` of them. While prefetching it claims again once half a
+batch is free (fewer, larger claims; the local queue feeds the slots meanwhile).
+
+A job whose work is done frees its slot while its publication commits. Publications in
+flight are bounded separately: those in a transaction of their own (a connection each)
+to one extra slot set, those waiting in the completer's group commit (one statement for
+all) to the completer's batch -- so a group commit takes as many jobs as the claims fed.
 
 Beside it run one heartbeat loop for every held attempt, a reaper, a sweeper and a
 scheduler (every process runs them; ``SKIP LOCKED`` and the tick rows make that safe)
 and the LISTEN connection.
 
-SIGTERM/SIGINT: stop claiming; every running job stops at its next safe point and is
-released (back to ``queued``, attempt not charged) -- a job already publishing finishes.
+SIGTERM/SIGINT: stop claiming; jobs waiting in the local queue are released at once;
+every running job stops at its next safe point and is released (back to ``queued``,
+attempt not charged) -- a job already publishing finishes.
 After ``ATLAS_SHUTDOWN_GRACE_SECONDS`` the jobs still running are interrupted and
 released. Then the process exits 0.
 """
@@ -58,6 +85,8 @@ from workers.webhook_sender import RenderStatus, WebhookSender
 log = get_logger("atlas.worker.pool")
 
 POOL_SAMPLE_SECONDS = 5.0
+MAX_CLAIM = 100
+"""Most jobs one claim statement takes (short row locks, a bounded statement)."""
 
 
 def default_worker_id() -> str:
@@ -75,6 +104,7 @@ class WorkerPool:
         concurrency: int,
         worker_id: str | None = None,
         claim_batch: int | None = None,
+        prefetch: int | None = None,
         handlers: dict[str, Handler] | None = None,
         clock: Clock | None = None,
         render_status: RenderStatus | None = None,
@@ -82,8 +112,17 @@ class WorkerPool:
         self.settings = settings
         self.database_url = database_url
         self.concurrency = concurrency
-        self.claim_batch = claim_batch or min(concurrency, 100)
-        self._min_claim = max(1, self.claim_batch // 4)
+        if prefetch is None:
+            prefetch = settings.worker_prefetch
+        self.prefetch = concurrency if prefetch is None else prefetch
+        """Most claimed jobs held beyond the running slots while claims come back full."""
+        self.claim_batch = claim_batch or min(concurrency + self.prefetch, MAX_CLAIM)
+        self._min_claim = max(1, min(concurrency, self.claim_batch) // 4)
+        # While prefetching, the local queue keeps the slots fed during a claim: wait
+        # until half a batch is free (fewer, larger claims) instead of claiming per slot.
+        self._min_claim_busy = (
+            max(self._min_claim, self.claim_batch // 2) if self.prefetch else self._min_claim
+        )
         self.worker_id = worker_id or default_worker_id()
         self.handlers = handlers if handlers is not None else registry()
         self.engine: AsyncEngine = create_engine(
@@ -124,7 +163,13 @@ class WorkerPool:
             server_settings=WORKER_SESSION_SETTINGS,
             pre_ping=False,
         )
-        self.heartbeat = Heartbeat(self.heartbeat_engine, self.transitions, self._held, self._lose)
+        self.heartbeat = Heartbeat(
+            self.heartbeat_engine,
+            self.transitions,
+            self._held,
+            self._lose,
+            on_beat=self._start_canceled,
+        )
         self.reaper = Reaper(self.engine, self.transitions)
         self.pruner = Pruner(
             self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
@@ -140,30 +185,84 @@ class WorkerPool:
             else None
         )
         self._running: dict[uuid.UUID, tuple[JobContext, asyncio.Task[Any]]] = {}
+        self._local: dict[uuid.UUID, JobContext] = {}
+        """Claimed, not started yet (claim order): the local queue."""
+        self._busy = False
+        """The last claim came back full: prefetching is on."""
+        self._stopping = False
+        self._working = 0
+        """Started jobs whose work is not done yet (they hold a slot)."""
+        self._solo = 0
+        """Publications in a transaction of their own (each holds a connection)."""
+        self._grouped = 0
+        """Publications waiting in the completer's group commit."""
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
 
     # -- callbacks ----------------------------------------------------------------------
 
     def _held(self) -> dict[uuid.UUID, JobContext]:
-        return {job_id: ctx for job_id, (ctx, _) in self._running.items()}
+        """Every attempt this process holds: running and waiting in the local queue."""
+        held = {job_id: ctx for job_id, (ctx, _) in self._running.items()}
+        held.update(self._local)
+        return held
 
     def _lose(self, ctx: JobContext) -> None:
-        """The heartbeat found the lease gone: stop the job task; it writes nothing more."""
+        """The heartbeat found the lease gone: stop the job task (or drop the job from
+        the local queue); it writes nothing more."""
         ctx.mark_lost()
+        if self._local.get(ctx.job_id) is ctx:
+            del self._local[ctx.job_id]
+            self._slot_freed.set()
+            return
         entry = self._running.get(ctx.job_id)
         if entry is not None and entry[0] is ctx:
             entry[1].cancel()
 
+    def _start_canceled(self) -> None:
+        """After a beat: a locally queued job whose cancel request it saw starts now,
+        beyond the slots -- it ends ``canceled`` at its first safe point, before any
+        work, instead of waiting for a slot."""
+        for ctx in [ctx for ctx in self._local.values() if ctx.cancel_requested]:
+            del self._local[ctx.job_id]
+            self._begin(ctx)
+
     def _publishing(self, ctx: JobContext) -> None:
         """The job's work is done; only its publication is in flight. Its slot is free
-        for the next claim, so claiming overlaps the commit of finished jobs."""
+        for the next job, so claiming overlaps the commit of finished jobs."""
+        self._working -= 1
+        if ctx.group_commit:
+            self._grouped += 1
+        else:
+            self._solo += 1
+        self._dispatch()
         self._slot_freed.set()
 
     def _free_slots(self) -> int:
-        working = sum(1 for ctx, _ in self._running.values() if not ctx.publishing)
-        # Publications in flight are bounded too: at most one extra slot set of them.
-        return min(self.concurrency - working, 2 * self.concurrency - len(self._running))
+        # Publications in flight are bounded too: those in a transaction of their own
+        # (a connection each) to one extra slot set, those in the group commit (one
+        # statement for all) to the completer's batch.
+        return min(
+            self.concurrency - self._working,
+            2 * self.concurrency - self._working - self._solo,
+            self.completer.max_batch - self._grouped,
+        )
+
+    def _claim_room(self) -> int:
+        """How many jobs the next claim may take: the free slots not already promised
+        to a locally queued job, plus the prefetch allowance while the queue is busy."""
+        ahead = self.prefetch if self._busy else 0
+        return self._free_slots() + ahead - len(self._local)
+
+    def _dispatch(self) -> None:
+        """Start locally queued jobs, oldest claim first, while slots are free."""
+        if self._stopping:
+            return
+        free = self._free_slots()
+        while self._local and free > 0:
+            job_id = next(iter(self._local))
+            self._begin(self._local.pop(job_id))
+            free -= 1
 
     async def sample_pool(self) -> None:
         """Pool gauges (``atlas_db_pool_*{pool="worker"}``; summed over live worker
@@ -222,14 +321,15 @@ class WorkerPool:
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         keys = sorted(self.handlers)
         while not stop.is_set():
-            free = self._free_slots()
-            if free <= 0 or (self._running and free < self._min_claim):
+            room = self._claim_room()
+            least = self._min_claim_busy if self._busy else self._min_claim
+            if room <= 0 or ((self._running or self._local) and room < least):
                 # Wait for a worthwhile batch rather than claiming jobs one by one
                 # while others are finishing (they free their slots within moments).
                 self._slot_freed.clear()
                 await _first(stop.wait(), self._slot_freed.wait())
                 continue
-            want = min(free, self.claim_batch)
+            want = min(room, self.claim_batch)
             self._wake.clear()  # before claiming: a notify during the claim is kept
             try:
                 async with self.statements.connect() as conn:  # one statement
@@ -241,8 +341,13 @@ class WorkerPool:
                 rows = []
                 await _first(stop.wait(), asyncio.sleep(self.settings.poll_interval_seconds))
                 continue
+            # Prefetch only while the queue is busy: a short claim means there is no
+            # backlog for this process to take ahead of the others.
+            self._busy = len(rows) == want
             for row in rows:
-                self._start(row)
+                ctx = self.runner.context(row)
+                self._local[ctx.job_id] = ctx
+            self._dispatch()
             if len(rows) < want:
                 await _first(
                     stop.wait(),
@@ -250,8 +355,8 @@ class WorkerPool:
                     asyncio.sleep(self.settings.poll_interval_seconds),
                 )
 
-    def _start(self, row: Any) -> None:
-        ctx = self.runner.context(row)
+    def _begin(self, ctx: JobContext) -> None:
+        self._working += 1
         task = asyncio.create_task(self._run_job(ctx), name=f"job-{ctx.job_id}")
         self._running[ctx.job_id] = (ctx, task)
 
@@ -274,6 +379,13 @@ class WorkerPool:
             entry = self._running.get(ctx.job_id)
             if entry is not None and entry[0] is ctx:
                 del self._running[ctx.job_id]
+            if not ctx.publishing:
+                self._working -= 1
+            elif ctx.group_commit:
+                self._grouped -= 1
+            else:
+                self._solo -= 1
+            self._dispatch()
             self._slot_freed.set()
 
     async def _traceparent(self, ctx: JobContext) -> str | None:
@@ -287,7 +399,15 @@ class WorkerPool:
             return None
 
     async def _drain(self) -> None:
-        """Shutdown: stop at safe points and release; interrupt what the grace cannot."""
+        """Shutdown: release the locally queued jobs, stop running ones at safe points
+        and release them; interrupt what the grace cannot."""
+        self._stopping = True
+        # A job that never started passes its first safe point at once and is released
+        # by the runner (back to queued, history row, attempt not charged).
+        waiting, self._local = list(self._local.values()), {}
+        for ctx in waiting:
+            ctx.draining = True
+            self._begin(ctx)
         if not self._running:
             return
         log.info("worker.draining", jobs=len(self._running))

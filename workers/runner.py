@@ -113,6 +113,9 @@ class JobRunner:
         try:
             if handler is None:  # the claim filter makes this unreachable in practice
                 raise PermanentError("no_handler", f"no handler for {job.kind}@{job.kind_version}")
+            # A job may have waited in the pool's local queue: whatever was seen
+            # meanwhile (a cancel, a lost lease, a shutdown) stops it before any work.
+            await ctx.safe_point()
             plan = await handler(ctx)
             await ctx.safe_point()
             return await self._publish(ctx, plan)
@@ -150,14 +153,15 @@ class JobRunner:
     async def _publish(self, ctx: JobContext, plan: PublishPlan) -> AttemptOutcome:
         if plan.announce:
             await ctx.enter_stage("publish")
-        ctx.publishing = True
-        if self.on_publishing is not None:
-            self.on_publishing(ctx)
         # Nothing to move and nothing to wait for: join the next group commit. If the
         # batch refuses it (without saying why), the one-job path below finds out: a
         # lost lease, or a result the lifecycle will not publish.
         simple = not plan.files and plan.hold_seconds <= 0 and plan.reference is None
         completer = self.completer if simple else None
+        ctx.publishing = True
+        ctx.group_commit = completer is not None
+        if self.on_publishing is not None:
+            self.on_publishing(ctx)
         if completer is not None and await asyncio.shield(completer.publish(ctx)):
             return AttemptOutcome.SUCCEEDED
         # Shielded: once the row lock is taken the publication runs to its commit,

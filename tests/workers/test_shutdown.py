@@ -78,3 +78,34 @@ async def test_a_unit_longer_than_the_grace_period_is_interrupted_and_released(
     assert row.charged_attempts == 0
     [attempt] = await attempt_rows(engine, job_id)
     assert attempt.outcome == "released"
+
+
+async def test_sigterm_releases_a_job_waiting_in_the_local_queue_without_starting_it(
+    engine: AsyncEngine, transitions: Transitions, make_fleet: MakeFleet
+) -> None:
+    """Concurrency 1, prefetch as the default (= the concurrency): once the first claim
+    came back full, one more job is claimed ahead and waits for the slot. SIGTERM
+    hands it back uncharged, never started; the third job was never claimed."""
+    fleet = make_fleet(bundle_time_scale=1.0, shutdown_grace_seconds=0.3)
+    first, ahead, last = [await create_bundle(engine, transitions, "coast") for _ in range(3)]
+    worker = fleet.start("w1", concurrency=1)
+    await wait_for(engine, first, lambda r: r.current_stage == "build", timeout=60)
+    await wait_for(engine, ahead, lambda r: r.state == JobState.RUNNING.value, timeout=30)
+
+    assert worker.terminate(timeout=30) == 0, worker.log()
+
+    for job_id in (first, ahead):
+        row = await job_row(engine, job_id)
+        assert (row.state, row.charged_attempts, row.worker_id) == ("queued", 0, None)
+        [attempt] = await attempt_rows(engine, job_id)
+        assert (attempt.outcome, attempt.charged) == ("released", 0)
+        last_event = (await history(engine, job_id))[-1]
+        assert (last_event.transition, last_event.from_state, last_event.to_state) == (
+            "release",
+            "running",
+            "queued",
+        )
+    held = await job_row(engine, ahead)
+    assert held.current_stage is None  # its handler never ran
+    assert await attempt_rows(engine, last) == []
+    assert [e.transition for e in await history(engine, last)] == ["create"]

@@ -110,7 +110,7 @@ class Sweeper:
             rows = (
                 await conn.execute(EXPIRED_RESULTS, {"limit": self.batch_size, **t.clock.bind()})
             ).all()
-            results = await t.expire_results(conn, [row.id for row in rows])
+            results = await t.expire_results(conn, [row.id for row in rows], full_rows=False)
         done = [
             (row.owner, row.id)
             for row, outcome in zip(rows, results, strict=True)

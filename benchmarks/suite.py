@@ -14,21 +14,29 @@ role must be allowed to create databases):
     answered 200 and 304 (``If-None-Match``). Ratio: atlas req/s / bare req/s.
 ``claim``
     ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
-    by one ``INSERT ... SELECT generate_series``; no history for the filler), then
-    ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N times on a worker-like
-    engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit: as ``WorkerPool``
-    claims). After each claim as many jobs are created again (untimed) so the queue keeps
-    its size. Ratio: p50 at the largest size / p50 at the smallest.
+    by ``INSERT ... SELECT generate_series``, 100,000 rows per statement; no history for
+    the filler), then ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N
+    times on a worker-like engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit:
+    as ``WorkerPool`` claims). After each claim as many jobs are created again (untimed)
+    so the queue keeps its size. Ratio: p50 at the largest size / p50 at the smallest.
 ``bloat``
-    Jobs churned through the real path -- ``create_many`` (1,000 per statement) while a
-    real ``WorkerPool`` (``atlas.noop``) drains them -- up to each size in turn on one
-    database; after each, ``pg_total_relation_size`` (heap + indexes + TOAST) of
-    ``jobs``, ``job_history`` and ``attempts``. Retention is on: the pool's sweeper (every
-    second) expires results after ``BENCH_CHURN_RETENTION_SECONDS`` and its pruner
-    deletes finished jobs (with their history and attempts) the same time later, so the
-    tables should hold the retention window, not every job ever run. Every churned job is
-    accounted for: ``succeeded`` in the table, or pruned (counted by the pruners), and
-    nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
+    Jobs churned through the real transition statements in batches of
+    ``BENCH_CHURN_BATCH``: ``create_many`` (one statement), ``claim(limit=batch)`` on the
+    worker's engine, and the completer's ``publish_many`` over the claimed batch (an
+    empty result, the pool's TTL) -- every row the real path writes (jobs, attempts,
+    history) is written, only the client is leaner than a pool of job slots (drain
+    throughput is the peer harness's measurement, not this one's). Beside it a real
+    ``WorkerPool``'s own sweeper runs every second: it expires results after
+    ``BENCH_CHURN_RETENTION_SECONDS``, its pruner deletes finished jobs (with their
+    history and attempts) the same time later, and its reindexer looks for bloated
+    indexes of ``jobs``. So the tables hold the retention window plus what vacuum has
+    not reclaimed yet, under a steady churn (creation keeps pace with the drain: no
+    backlog builds up, unlike the pool-driven churn before, which enqueued a whole
+    stage at once and measured the backlog's peak). Up to each size in turn on one
+    database; after each, heap, index and total sizes of ``jobs``, ``job_history`` and
+    ``attempts``, each index's size, dead tuples, autovacuum count and the load average.
+    Every churned job is accounted for: ``succeeded`` in the table, or pruned (counted by
+    the pruner), and nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
 
 Knobs (environment variables, defaults in brackets):
 
@@ -37,13 +45,17 @@ Knobs (environment variables, defaults in brackets):
   ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
   ``BENCH_CLAIM_LIMIT`` [16].
-- ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_CONCURRENCY`` [64] (the
-  pool's job slots), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the result TTL and the
-  finished-job retention beyond it during the churn.
-- ``BENCH_BUDGET_SECONDS`` [540]: the churn's larger sizes are cut (to a multiple of a
-  twentieth of the size) when the rate measured at the smaller one says they would end
-  after this many seconds from the suite's start; the JSON and the table then name the
-  size reached (``requested`` keeps the asked one).
+- ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_BATCH`` [1000] (jobs per
+  create, claim and publication statement), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the
+  result TTL and the finished-job retention beyond it during the churn.
+- ``BENCH_BUDGET_SECONDS`` [540]: seconds from the suite's start by which its last stage
+  must end (the rest of the 10 minutes is for measuring, dropping the databases and the
+  report). The smallest claim and churn sizes are the baselines and always run; before
+  each larger one the time it needs is estimated (the fill rate measured so far, the
+  churn rate of the stage before at 85 %) and the size is cut to what fits -- or
+  skipped when nothing beyond the baseline fits -- and a stage also stops at the
+  deadline itself, at a chunk's or batch's end. The JSON and the table then name the
+  size reached and the one asked.
 - ``BENCH_RESULTS_DIR`` [``benchmarks/results``]; ``BENCH_KEEP_DATABASES`` [unset]: set to
   1 to keep the databases for inspection.
 """
@@ -675,22 +687,29 @@ class Churner:
         t0 = time.perf_counter()
         done = start
         try:
-            while done < stop_at and time.perf_counter() < deadline:
+            # Pipelined: the next batch is created while this one is published (two
+            # statements on two connections, no row in common), as a producer and a
+            # worker would overlap.
+            created = done
+            while done < stop_at and (created > done or time.perf_counter() < deadline):
                 n = min(self.batch, stop_at - done)
-                await self.atlas.enqueue_many(list(range(done, done + n)))
+                if created == done:
+                    await self.atlas.enqueue_many(list(range(done, done + n)))
+                    created += n
                 async with pool.statements.connect() as conn:  # as the claim loop
                     rows = await pool.transitions.claim(
                         conn, worker_id=pool.worker_id, handlers=self.handlers, limit=n
                     )
-                async with pool.statements.begin() as conn:  # as the completer
-                    results = await pool.transitions.publish_many(
-                        conn,
-                        [(row.id, row.current_attempt_id) for row in rows],
-                        result_ref={"files": []},
-                        ttl_seconds=pool.settings.result_ttl_seconds,
-                        actor=pool.actor,
-                        explain_refusals=False,
-                    )
+                following = min(self.batch, stop_at - created)
+                more = following > 0 and time.perf_counter() < deadline
+                results, _ = await asyncio.gather(
+                    self._publish(rows),
+                    self.atlas.enqueue_many(list(range(created, created + following)))
+                    if more
+                    else asyncio.sleep(0),
+                )
+                if more:
+                    created += following
                 published = sum(isinstance(r, Applied) for r in results)
                 if len(rows) != n or published != n:
                     raise RuntimeError(f"claimed {len(rows)} and published {published} of {n}")
@@ -700,6 +719,19 @@ class Churner:
             await sweeping
         seconds = time.perf_counter() - t0
         return Churned(seconds, done - start, pool.pruner.total - pruned_before)
+
+    async def _publish(self, rows: Sequence[Any]) -> list[Any]:
+        """As the completer publishes a flush: one ``publish_many`` statement."""
+        pool = self.pool
+        async with pool.statements.begin() as conn:
+            return await pool.transitions.publish_many(
+                conn,
+                [(row.id, row.current_attempt_id) for row in rows],
+                result_ref={"files": []},
+                ttl_seconds=pool.settings.result_ttl_seconds,
+                actor=pool.actor,
+                explain_refusals=False,
+            )
 
     async def _sweep(self, stop: asyncio.Event) -> None:
         interval = self.pool.settings.sweeper_interval_seconds

@@ -660,6 +660,9 @@ class Churned:
     """Jobs created (and run) in this stage; fewer than asked when the deadline cut it."""
     pruned: int
     """Jobs the pruner deleted during this stage."""
+    tables: dict[str, dict[str, Any]]
+    """The tables' sizes when the last batch was published (the sweeper still running:
+    its last pass, which may prune for seconds more, is not waited for first)."""
 
 
 class Churner:
@@ -686,6 +689,7 @@ class Churner:
         sweeping = asyncio.create_task(self._sweep(stop))
         t0 = time.perf_counter()
         done = start
+        tables: dict[str, dict[str, Any]] = {}
         try:
             # Pipelined: the next batch is created while this one is published (two
             # statements on two connections, no row in common), as a producer and a
@@ -714,11 +718,13 @@ class Churner:
                 if len(rows) != n or published != n:
                     raise RuntimeError(f"claimed {len(rows)} and published {published} of {n}")
                 done += n
+            seconds = time.perf_counter() - t0
+            async with self.atlas.engine.connect() as conn:
+                tables = await measure_tables(conn)
         finally:
             stop.set()
             await sweeping
-        seconds = time.perf_counter() - t0
-        return Churned(seconds, done - start, pool.pruner.total - pruned_before)
+        return Churned(seconds, done - start, pool.pruner.total - pruned_before, tables)
 
     async def _publish(self, rows: Sequence[Any]) -> list[Any]:
         """As the completer publishes a flush: one ``publish_many`` statement."""
@@ -807,7 +813,7 @@ async def section_bloat(base_url: str, knobs: Knobs, run_id: str, budget: Budget
                             str(state): int(n)
                             for state, n in (await conn.execute(STATE_COUNTS)).all()
                         }
-                        tables = await measure_tables(conn)
+                    tables = ran.tables
                     succeeded = states.pop("succeeded", 0)
                     if states or succeeded + pruned != size:
                         raise RuntimeError(

@@ -25,6 +25,10 @@ index replaces the old one at the end. Safety on a live system:
   progress;
 * without the privilege (the table's owner, or ``MAINTAIN`` on PostgreSQL 17+) the
   rebuild fails; that is logged once per pass and the service carries on.
+
+The rebuild runs inside the sweeper's pass: that worker process's expiry and pruning
+wait for it (seconds for the tens of MiB seen under churn; the other worker processes'
+sweepers go on meanwhile).
 """
 
 from __future__ import annotations

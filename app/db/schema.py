@@ -192,8 +192,12 @@ Index(
     jobs.c.lease_expires_at,
     postgresql_where=jobs.c.state.in_([JobState.RUNNING.value, JobState.CANCEL_REQUESTED.value]),
 )
-# Status listings: the caller's jobs, newest first, cursor on seq.
-Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq.desc())
+# Status listings: the caller's jobs, newest first, cursor on seq -- read backwards.
+# Ascending on purpose: seq only grows, so new entries land at the end of the owner's
+# range, where page splits keep pages full; descending, each lands on the range's first
+# page, splits leave half-empty pages behind and the index is ~1.8x larger (revision
+# d3c4d5e6f7a8). Every version of every job has an entry here (not partial).
+Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq)
 # Admission control counts an owner's unfinished jobs without touching finished ones.
 Index(
     "ix_jobs_owner_active",

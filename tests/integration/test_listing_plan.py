@@ -65,8 +65,10 @@ async def test_the_listing_walks_the_owner_index_backwards_and_pages_by_seq(
     assert not any(n["Node Type"] == "Sort" for n in _nodes(plan))
 
     seqs = [row.seq for row in rows]
-    assert len(seqs) == 21 and seqs == sorted(seqs, reverse=True)  # newest first
-    assert seqs[0] < 12_000 and {row.owner for row in rows} == {"globex"}
+    assert len(seqs) == 21
+    assert seqs == sorted(seqs, reverse=True)  # newest first
+    assert seqs[0] < 12_000
+    assert {row.owner for row in rows} == {"globex"}
 
 
 async def test_the_ascending_owner_index_stays_compact_under_rising_seq(

@@ -40,9 +40,7 @@ async def test_the_listing_walks_the_owner_index_backwards_and_pages_by_seq(
 ) -> None:
     async with engine.begin() as conn:
         for owner in ("acme", "globex", "initech"):
-            await transitions.create_many(
-                conn, [_new(owner)] * 5000, actor=Actor("client", owner)
-            )
+            await transitions.create_many(conn, [_new(owner)] * 5000, actor=Actor("client", owner))
     async with single_statements(engine).connect() as conn:
         await conn.execute(text("ANALYZE jobs"))
 

@@ -14,21 +14,29 @@ role must be allowed to create databases):
     answered 200 and 304 (``If-None-Match``). Ratio: atlas req/s / bare req/s.
 ``claim``
     ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
-    by one ``INSERT ... SELECT generate_series``; no history for the filler), then
-    ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N times on a worker-like
-    engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit: as ``WorkerPool``
-    claims). After each claim as many jobs are created again (untimed) so the queue keeps
-    its size. Ratio: p50 at the largest size / p50 at the smallest.
+    by ``INSERT ... SELECT generate_series``, 100,000 rows per statement; no history for
+    the filler), then ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N
+    times on a worker-like engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit:
+    as ``WorkerPool`` claims). After each claim as many jobs are created again (untimed)
+    so the queue keeps its size. Ratio: p50 at the largest size / p50 at the smallest.
 ``bloat``
-    Jobs churned through the real path -- ``create_many`` (1,000 per statement) while a
-    real ``WorkerPool`` (``atlas.noop``) drains them -- up to each size in turn on one
-    database; after each, ``pg_total_relation_size`` (heap + indexes + TOAST) of
-    ``jobs``, ``job_history`` and ``attempts``. Retention is on: the pool's sweeper (every
-    second) expires results after ``BENCH_CHURN_RETENTION_SECONDS`` and its pruner
-    deletes finished jobs (with their history and attempts) the same time later, so the
-    tables should hold the retention window, not every job ever run. Every churned job is
-    accounted for: ``succeeded`` in the table, or pruned (counted by the pruners), and
-    nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
+    Jobs churned through the real transition statements in batches of
+    ``BENCH_CHURN_BATCH``: ``create_many`` (one statement), ``claim(limit=batch)`` on the
+    worker's engine, and the completer's ``publish_many`` over the claimed batch (an
+    empty result, the pool's TTL) -- every row the real path writes (jobs, attempts,
+    history) is written, only the client is leaner than a pool of job slots (drain
+    throughput is the peer harness's measurement, not this one's). Beside it a real
+    ``WorkerPool``'s own sweeper runs every second: it expires results after
+    ``BENCH_CHURN_RETENTION_SECONDS``, its pruner deletes finished jobs (with their
+    history and attempts) the same time later, and its reindexer looks for bloated
+    indexes of ``jobs``. So the tables hold the retention window plus what vacuum has
+    not reclaimed yet, under a steady churn (creation keeps pace with the drain: no
+    backlog builds up, unlike the pool-driven churn before, which enqueued a whole
+    stage at once and measured the backlog's peak). Up to each size in turn on one
+    database; after each, heap, index and total sizes of ``jobs``, ``job_history`` and
+    ``attempts``, each index's size, dead tuples, autovacuum count and the load average.
+    Every churned job is accounted for: ``succeeded`` in the table, or pruned (counted by
+    the pruner), and nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
 
 Knobs (environment variables, defaults in brackets):
 
@@ -37,13 +45,17 @@ Knobs (environment variables, defaults in brackets):
   ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
   ``BENCH_CLAIM_LIMIT`` [16].
-- ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_CONCURRENCY`` [64] (the
-  pool's job slots), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the result TTL and the
-  finished-job retention beyond it during the churn.
-- ``BENCH_BUDGET_SECONDS`` [540]: the churn's larger sizes are cut (to a multiple of a
-  twentieth of the size) when the rate measured at the smaller one says they would end
-  after this many seconds from the suite's start; the JSON and the table then name the
-  size reached (``requested`` keeps the asked one).
+- ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_BATCH`` [1000] (jobs per
+  create, claim and publication statement), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the
+  result TTL and the finished-job retention beyond it during the churn.
+- ``BENCH_BUDGET_SECONDS`` [540]: seconds from the suite's start by which its last stage
+  must end (the rest of the 10 minutes is for measuring, dropping the databases and the
+  report). The smallest claim and churn sizes are the baselines and always run; before
+  each larger one the time it needs is estimated (the fill rate measured so far, the
+  churn rate of the stage before) and the size is cut to what fits -- or
+  skipped when nothing beyond the baseline fits -- and a stage also stops at the
+  deadline itself, at a chunk's or batch's end. The JSON and the table then name the
+  size reached and the one asked.
 - ``BENCH_RESULTS_DIR`` [``benchmarks/results``]; ``BENCH_KEEP_DATABASES`` [unset]: set to
   1 to keep the databases for inspection.
 """
@@ -51,7 +63,9 @@ Knobs (environment variables, defaults in brackets):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import os
 import platform
 import secrets
@@ -72,7 +86,7 @@ import asyncpg
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.apikeys import Role, create_key
 from app.clock import Clock
@@ -86,7 +100,7 @@ from app.db.engine import (
 )
 from app.db.queries import CLAIM
 from app.settings import Settings
-from app.transitions import Actor, Transitions
+from app.transitions import Actor, Applied, Transitions
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
 from workers.handlers import registry
@@ -122,7 +136,7 @@ class Knobs:
     claims: int
     claim_limit: int
     churn_sizes: list[int]
-    churn_concurrency: int
+    churn_batch: int
     churn_retention_seconds: int
     results_dir: Path
     keep_databases: bool
@@ -145,7 +159,7 @@ class Knobs:
             claims=_int("BENCH_CLAIMS", 200),
             claim_limit=_int("BENCH_CLAIM_LIMIT", 16),
             churn_sizes=_ints("BENCH_CHURN_SIZES", "100000,1000000"),
-            churn_concurrency=_int("BENCH_CHURN_CONCURRENCY", 64),
+            churn_batch=_int("BENCH_CHURN_BATCH", 1000),
             churn_retention_seconds=_int("BENCH_CHURN_RETENTION_SECONDS", 5),
             results_dir=Path(os.environ.get("BENCH_RESULTS_DIR", REPO / "benchmarks" / "results")),
             keep_databases=os.environ.get("BENCH_KEEP_DATABASES", "") not in ("", "0"),
@@ -162,10 +176,36 @@ class Knobs:
             "claims": self.claims,
             "claim_limit": self.claim_limit,
             "churn_sizes": self.churn_sizes,
-            "churn_concurrency": self.churn_concurrency,
+            "churn_batch": self.churn_batch,
             "churn_retention_seconds": self.churn_retention_seconds,
             "budget_seconds": self.budget_seconds,
         }
+
+
+# -- the time budget -------------------------------------------------------------------
+
+SECTION_TAIL_SECONDS = 10.0
+"""Kept free after a section's last stage: its measurement and dropping its database."""
+CLAIM_TAIL_SECONDS = 20.0
+"""After the claim section's fill: VACUUM ANALYZE of the filled table, the timed claims
+and the EXPLAIN."""
+
+
+@dataclass
+class Budget:
+    """The suite's deadline and the rates each stage's estimate starts from: assumed
+    until measured, then the last measured one."""
+
+    deadline: float
+    """``time.perf_counter()`` by which the last stage must have ended."""
+    churn_jobs_per_second: float = 2000.0
+    fill_seconds_per_row: float = 60e-6
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def fits(self, seconds: float) -> bool:
+        return seconds <= self.left()
 
 
 # -- databases ------------------------------------------------------------------------
@@ -415,7 +455,35 @@ SELECT t.owner, t.kind, t.kind_version, jsonb_build_object('tag', 'fill-' || g),
 """)
 
 
-async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> dict[str, Any]:
+FILL_CHUNK = 100_000
+"""Rows per filling statement: the budget is checked between them."""
+
+
+async def fill_queue(
+    conn: AsyncConnection, size: int, budget: Budget | None, reserve: float
+) -> tuple[int, float]:
+    """Copy the one real row until ``size`` rows are queued, a chunk at a time; with a
+    ``budget``, stop early when the next chunk, at the rate measured so far, would end
+    less than ``reserve`` seconds before the suite's deadline. Rows queued, seconds."""
+    t0 = time.perf_counter()
+    queued = 1
+    while queued < size:
+        n = min(FILL_CHUNK, size - queued)
+        if budget is not None:
+            elapsed = time.perf_counter() - t0
+            per_row = elapsed / (queued - 1) if queued > 1 else budget.fill_seconds_per_row
+            if not budget.fits(n * per_row + reserve):
+                break
+        await conn.execute(FILL, {"n": n})
+        queued += n
+    return queued, time.perf_counter() - t0
+
+
+async def claim_at_size(
+    base_url: str, knobs: Knobs, run_id: str, size: int, budget: Budget | None, reserve: float
+) -> dict[str, Any] | None:
+    """The claim timed at ``size`` queued jobs. With a ``budget`` the fill is cut to what
+    fits; ``None`` when that is no more than the smallest size (nothing to compare)."""
     async with scratch_database(
         base_url, f"atlas_bench_claim_{run_id}", knobs.keep_databases
     ) as url:
@@ -425,14 +493,19 @@ async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> 
             t0 = time.perf_counter()
             await producer.enqueue_many([0])  # one real row: the filler copies it
             async with producer.engine.connect() as conn:
-                await conn.execute(FILL, {"n": size - 1})
+                queued_now, _ = await fill_queue(conn, size, budget, reserve)
+            if queued_now <= knobs.claim_sizes[0] < size:
+                log(f"[bench] claim at {size:,} queued skipped: over the time budget")
+                return None
+            if queued_now < size:
+                log(f"[bench] claim at {size:,} queued cut to {queued_now:,}: time budget")
             raw = await asyncpg.connect(libpq_url(url))
             try:
                 await raw.execute("VACUUM ANALYZE")
             finally:
                 await raw.close()
             fill_seconds = time.perf_counter() - t0
-            log(f"[bench] claim: {size:,} queued in {fill_seconds:.1f} s")
+            log(f"[bench] claim: {queued_now:,} queued in {fill_seconds:.1f} s")
             # As WorkerPool claims: its session settings, no pre-ping, one statement.
             base = create_engine(
                 url,
@@ -473,7 +546,8 @@ async def claim_at_size(base_url: str, knobs: Knobs, run_id: str, size: int) -> 
             await producer.close()
     mean = sum(timings) / len(timings)
     return {
-        "queued": size,
+        "queued": queued_now,
+        "requested": size,
         "queued_after": int(queued),
         "claims": len(timings),
         "limit": knobs.claim_limit,
@@ -532,13 +606,28 @@ async def explain_claim(
     }
 
 
-async def section_claim(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
-    sizes = [await claim_at_size(base_url, knobs, run_id, size) for size in knobs.claim_sizes]
+async def section_claim(base_url: str, knobs: Knobs, run_id: str, budget: Budget) -> dict[str, Any]:
+    # What the claim section leaves for the churn: its smallest stage at the assumed
+    # rate, so the claim at 1,000,000 never eats the churn's first stage.
+    reserve = CLAIM_TAIL_SECONDS + (
+        knobs.churn_sizes[0] / budget.churn_jobs_per_second + SECTION_TAIL_SECONDS
+        if "bloat" in knobs.sections
+        else 0.0
+    )
+    sizes: list[dict[str, Any]] = []
+    for n, size in enumerate(knobs.claim_sizes):
+        # The smallest size is the baseline: always measured in full.
+        found = await claim_at_size(base_url, knobs, run_id, size, budget if n else None, reserve)
+        if found is not None:
+            sizes.append(found)
     for found in sizes:
         log(f"[bench] claim at {found['queued']:,} queued: p50 {found['p50_ms']} ms")
     return {
         "sizes": sizes,
         "ratio": round(sizes[-1]["p50_ms"] / sizes[0]["p50_ms"], 3),
+        "cut_by_budget": len(sizes) < len(knobs.claim_sizes)
+        or any(s["queued"] != s["requested"] for s in sizes),
+        "requested_sizes": knobs.claim_sizes,
     }
 
 
@@ -555,39 +644,134 @@ SELECT c.relname AS name,
   FROM pg_class AS c JOIN pg_stat_user_tables AS s ON s.relid = c.oid
  WHERE c.relname = ANY(:names)
 """)
-STATE_COUNTS = text("SELECT state, count(*) FROM jobs GROUP BY state")
-UNFINISHED = text("""
-SELECT (SELECT count(*) FROM jobs WHERE state = 'queued')
-     + (SELECT count(*) FROM jobs WHERE state IN ('running', 'cancel_requested'))
+INDEX_SIZES = text("""
+SELECT t.relname AS table_name, x.relname AS index_name, pg_relation_size(x.oid) AS bytes
+  FROM pg_index AS i
+  JOIN pg_class AS t ON t.oid = i.indrelid
+  JOIN pg_class AS x ON x.oid = i.indexrelid
+ WHERE t.relname = ANY(:names)
 """)
+STATE_COUNTS = text("SELECT state, count(*) FROM jobs GROUP BY state")
 
 
-async def churn(atlas: Atlas, start: int, stop_at: int, concurrency: int) -> tuple[float, int]:
-    """Create jobs ``start..stop_at`` while a real pool drains them (its sweeper expiring
-    and pruning as configured); seconds taken and jobs its pruner deleted."""
-    pool = atlas.pool(concurrency)
-    stop = asyncio.Event()
-    t0 = time.perf_counter()
-    running = asyncio.create_task(pool.run(stop))
-    try:
-        for first in range(start, stop_at, 1000):
-            await atlas.enqueue_many(list(range(first, min(first + 1000, stop_at))))
-            if running.done():
-                break
-        async with atlas.engine.connect() as conn:
-            while not running.done():
-                if not (await conn.execute(UNFINISHED)).scalar_one():
-                    break
-                await asyncio.sleep(0.1)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, timeout=120)
-    return time.perf_counter() - t0, pool.pruner.total
+@dataclass
+class Churned:
+    seconds: float
+    jobs: int
+    """Jobs created (and run) in this stage; fewer than asked when the deadline cut it."""
+    pruned: int
+    """Jobs the pruner deleted during this stage."""
+    tables: dict[str, dict[str, Any]]
+    """The tables' sizes when the last batch was published (the sweeper still running:
+    its last pass, which may prune for seconds more, is not waited for first)."""
 
 
-async def section_bloat(
-    base_url: str, knobs: Knobs, run_id: str, deadline: float
-) -> dict[str, Any]:
+class Churner:
+    """The real path's statements in large batches: ``create_many`` (1,000 per
+    statement), ``claim(limit=1000)`` on an engine set up as ``WorkerPool``'s, and the
+    completer's ``publish_many`` over the claimed batch (empty result, the pool's TTL);
+    beside them a real ``WorkerPool``'s own sweeper (expiry, pruning, maintenance) every
+    ``sweeper_interval_seconds``. Every row the real path writes is written -- jobs,
+    attempts, history -- only the client is leaner than 64 job slots on the same cores.
+    """
+
+    def __init__(self, atlas: Atlas, batch: int) -> None:
+        self.atlas = atlas
+        self.batch = batch
+        self.pool = atlas.pool(1)  # never run: its engine, transitions and sweeper
+        self.handlers = sorted(self.pool.handlers)
+
+    async def run(self, start: int, stop_at: int, deadline: float) -> Churned:
+        """Churn jobs ``start..stop_at`` (each created, claimed and published); stop
+        early, at a batch boundary, once ``deadline`` (``time.perf_counter()``) passed."""
+        pool = self.pool
+        stop = asyncio.Event()
+        pruned_before = pool.pruner.total
+        sweeping = asyncio.create_task(self._sweep(stop))
+        t0 = time.perf_counter()
+        done = start
+        tables: dict[str, dict[str, Any]] = {}
+        try:
+            # Pipelined: the next batch is created while this one is published (two
+            # statements on two connections, no row in common), as a producer and a
+            # worker would overlap.
+            created = done
+            while done < stop_at and (created > done or time.perf_counter() < deadline):
+                n = min(self.batch, stop_at - done)
+                if created == done:
+                    await self.atlas.enqueue_many(list(range(done, done + n)))
+                    created += n
+                async with pool.statements.connect() as conn:  # as the claim loop
+                    rows = await pool.transitions.claim(
+                        conn, worker_id=pool.worker_id, handlers=self.handlers, limit=n
+                    )
+                following = min(self.batch, stop_at - created)
+                more = following > 0 and time.perf_counter() < deadline
+                results, _ = await asyncio.gather(
+                    self._publish(rows),
+                    self.atlas.enqueue_many(list(range(created, created + following)))
+                    if more
+                    else asyncio.sleep(0),
+                )
+                if more:
+                    created += following
+                published = sum(isinstance(r, Applied) for r in results)
+                if len(rows) != n or published != n:
+                    raise RuntimeError(f"claimed {len(rows)} and published {published} of {n}")
+                done += n
+            seconds = time.perf_counter() - t0
+            async with self.atlas.engine.connect() as conn:
+                tables = await measure_tables(conn)
+        finally:
+            stop.set()
+            await sweeping
+        return Churned(seconds, done - start, pool.pruner.total - pruned_before, tables)
+
+    async def _publish(self, rows: Sequence[Any]) -> list[Any]:
+        """As the completer publishes a flush: one ``publish_many`` statement."""
+        pool = self.pool
+        async with pool.statements.begin() as conn:
+            return await pool.transitions.publish_many(
+                conn,
+                [(row.id, row.current_attempt_id) for row in rows],
+                result_ref={"files": []},
+                ttl_seconds=pool.settings.result_ttl_seconds,
+                actor=pool.actor,
+                explain_refusals=False,
+            )
+
+    async def _sweep(self, stop: asyncio.Event) -> None:
+        interval = self.pool.settings.sweeper_interval_seconds
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            await self.pool.sweeper.run_once()
+
+    async def close(self) -> None:
+        await self.pool.engine.dispose()
+        await self.pool.heartbeat_engine.dispose()
+
+
+async def measure_tables(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
+    rows = (await conn.execute(SIZES, {"names": list(HOT_TABLES)})).all()
+    indexes: dict[str, dict[str, int]] = {name: {} for name in HOT_TABLES}
+    for row in (await conn.execute(INDEX_SIZES, {"names": list(HOT_TABLES)})).all():
+        indexes[row.table_name][row.index_name] = int(row.bytes)
+    return {
+        row.name: {
+            "heap_bytes": int(row.heap),
+            "index_bytes": int(row.indexes),
+            "total_bytes": int(row.total),
+            "live_tuples": int(row.live),
+            "dead_tuples": int(row.dead),
+            "autovacuums": int(row.autovacuums),
+            "indexes": indexes[row.name],
+        }
+        for row in rows
+    }
+
+
+async def section_bloat(base_url: str, knobs: Knobs, run_id: str, budget: Budget) -> dict[str, Any]:
     stages: list[dict[str, Any]] = []
     async with scratch_database(
         base_url, f"atlas_bench_bloat_{run_id}", knobs.keep_databases
@@ -602,65 +786,63 @@ async def section_bloat(
                 sweeper_interval_seconds=1.0,
             )
             atlas = Atlas(url, settings)
+            churner = Churner(atlas, knobs.churn_batch)
             try:
                 done = pruned = 0
-                rate: float | None = None
                 for requested in knobs.churn_sizes:
-                    size = requested
-                    if rate is not None:  # the largest size that fits the time budget
-                        left = deadline - time.perf_counter() - 15.0
-                        step = max(1000, requested // 20)
-                        size = min(requested, (done + int(rate * left)) // step * step)
-                        if size <= done:
-                            log(f"[bench] churn to {requested:,} skipped: over the budget")
-                            continue
-                        if size < requested:
-                            log(f"[bench] churn to {requested:,} cut to {size:,}: budget")
-                    seconds, pruned_now = await churn(atlas, done, size, knobs.churn_concurrency)
-                    pruned += pruned_now
-                    rate = (size - done) / seconds
+                    # The largest size (a twentieth's multiple) that fits the time left
+                    # at the rate expected; the stage also stops at the deadline itself.
+                    # The first size is the baseline: always churned in full.
+                    stop_by = budget.deadline - SECTION_TAIL_SECONDS if stages else math.inf
+                    left = stop_by - time.perf_counter()
+                    reach = done + int(min(budget.churn_jobs_per_second * left, 10**12))
+                    step = max(knobs.churn_batch, requested // 20)
+                    size = requested if reach >= requested else reach // step * step
+                    if size <= done:
+                        log(f"[bench] churn to {requested:,} skipped: over the time budget")
+                        continue
+                    if size < requested:
+                        log(f"[bench] churn to {requested:,} cut to {size:,}: time budget")
+                    ran = await churner.run(done, size, stop_by)
+                    pruned += ran.pruned
+                    size = done + ran.jobs
+                    # The next stage is cut to this rate; should it run slower (pruning
+                    # starts only after the retention in the first), its own deadline
+                    # stops it. A pessimistic factor left 85 s of the budget unused.
+                    budget.churn_jobs_per_second = ran.jobs / ran.seconds
                     async with atlas.engine.connect() as conn:
                         states: dict[str, int] = {
                             str(state): int(n)
                             for state, n in (await conn.execute(STATE_COUNTS)).all()
                         }
-                        rows = (await conn.execute(SIZES, {"names": list(HOT_TABLES)})).all()
+                    tables = ran.tables
                     succeeded = states.pop("succeeded", 0)
                     if states or succeeded + pruned != size:
                         raise RuntimeError(
                             f"churn to {size}: {succeeded} succeeded + {pruned} pruned, "
                             f"other states {states}"
                         )
-                    tables = {
-                        row.name: {
-                            "heap_bytes": int(row.heap),
-                            "index_bytes": int(row.indexes),
-                            "total_bytes": int(row.total),
-                            "live_tuples": int(row.live),
-                            "dead_tuples": int(row.dead),
-                            "autovacuums": int(row.autovacuums),
-                        }
-                        for row in rows
-                    }
                     stage: dict[str, Any] = {
                         "churned": size,
                         "requested": requested,
-                        "seconds": round(seconds, 2),
-                        "jobs_per_sec": round((size - done) / seconds, 1),
+                        "seconds": round(ran.seconds, 2),
+                        "jobs_per_sec": round(ran.jobs / ran.seconds, 1),
                         "pruned": pruned,
                         "jobs_rows": succeeded,
                         "tables": tables,
                         "hot_total_bytes": sum(t["total_bytes"] for t in tables.values()),
+                        "load_average": [round(x, 2) for x in os.getloadavg()],
                     }
                     stages.append(stage)
                     log(
                         f"[bench] churned {size:,} ({stage['jobs_per_sec']} jobs/s, "
                         f"{pruned:,} pruned, {succeeded:,} rows left): jobs "
                         f"{mib(tables['jobs']['total_bytes'])}, all three "
-                        f"{mib(stage['hot_total_bytes'])}"
+                        f"{mib(stage['hot_total_bytes'])}, load {stage['load_average']}"
                     )
                     done = size
             finally:
+                await churner.close()
                 await atlas.close()
     first, last = stages[0], stages[-1]
     return {
@@ -710,27 +892,30 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
     claim = results.get("claim")
     if claim:
         big, small = claim["sizes"][-1], claim["sizes"][0]
+        asked = claim["requested_sizes"][-1]
+        cut = f" (asked {asked:,}: time budget)" if claim["cut_by_budget"] else ""
         rows.append(
             {
                 "figure": (
-                    f"claim({small['limit']}) p50 at {big['queued']:,} / {small['queued']:,} queued"
+                    f"claim({small['limit']}) p50 at {big['queued']:,} / {small['queued']:,} "
+                    f"queued{cut}"
                 ),
                 "measured": f"{big['p50_ms']:.2f} ms (p99 {big['p99_ms']:.2f})",
                 "baseline": f"{small['p50_ms']:.2f} ms (p99 {small['p99_ms']:.2f})",
                 "ratio": claim["ratio"],
                 "goal": "<= 1.20",
-                "met": claim["ratio"] <= 1.2,
+                "met": claim["ratio"] <= 1.2 if len(claim["sizes"]) > 1 else None,
             }
         )
     bloat = results.get("bloat")
     if bloat:
         big, small = bloat["stages"][-1], bloat["stages"][0]
         asked = knobs_sizes[-1] if knobs_sizes else big["requested"]
-        cut = f" (asked {asked:,}: time budget)" if bloat["cut_by_budget"] else ""
+        churn_cut = f" (asked {asked:,}: time budget)" if bloat["cut_by_budget"] else ""
         rows.append(
             {
                 "figure": (
-                    f"jobs size after {big['churned']:,} / {small['churned']:,} churned{cut}"
+                    f"jobs size after {big['churned']:,} / {small['churned']:,} churned{churn_cut}"
                 ),
                 "measured": mib(big["tables"]["jobs"]["total_bytes"]),
                 "baseline": mib(small["tables"]["jobs"]["total_bytes"]),
@@ -806,18 +991,27 @@ def detail_tables(results: dict[str, Any]) -> str:
                 f"{cell('job_history')} | {cell('attempts')} | {t['jobs']['dead_tuples']:,} | "
                 f"{s['pruned']:,} | {s['jobs_rows']:,} |"
             )
+        out.append("")
+        names = sorted(bloat["stages"][0]["tables"]["jobs"]["indexes"])
+        out.append("| churned | jobs heap | " + " | ".join(names) + " | load average |")
+        out.append("|---|---|" + "---|" * len(names) + "---|")
+        for s in bloat["stages"]:
+            jobs = s["tables"]["jobs"]
+            sizes = " | ".join(mib(jobs["indexes"].get(name, 0)) for name in names)
+            load = " ".join(f"{x:.1f}" for x in s["load_average"])
+            out.append(f"| {s['churned']:,} | {mib(jobs['heap_bytes'])} | {sizes} | {load} |")
     return "\n".join(out)
 
 
 async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
-    deadline = time.perf_counter() + knobs.budget_seconds
+    budget = Budget(time.perf_counter() + knobs.budget_seconds)
     results: dict[str, Any] = {}
     if "http" in knobs.sections:
         results["http"] = await section_http(base_url, knobs, run_id)
     if "claim" in knobs.sections:
-        results["claim"] = await section_claim(base_url, knobs, run_id)
+        results["claim"] = await section_claim(base_url, knobs, run_id, budget)
     if "bloat" in knobs.sections:
-        results["bloat"] = await section_bloat(base_url, knobs, run_id, deadline)
+        results["bloat"] = await section_bloat(base_url, knobs, run_id, budget)
     return results
 
 

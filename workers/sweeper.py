@@ -10,8 +10,11 @@
 * Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
   jobs, leftovers of a stale attempt) are removed. The staging directory listing is
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
-* Last, finished jobs past their retention are pruned (:mod:`workers.pruner`), so the
+* Then finished jobs past their retention are pruned (:mod:`workers.pruner`), so the
   tables hold live work and recent history, not every job ever run.
+* Last, at most every few minutes, an index of ``jobs`` that outgrew the table's rows
+  (a drained backlog leaves B-trees at their peak size) is rebuilt concurrently
+  (:mod:`workers.reindexer`; one worker process at a time).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from app.logs import get_logger
 from app.storage import ResultStore
 from app.transitions import Applied, Transitions
 from workers.pruner import Pruner
+from workers.reindexer import Reindexer
 
 log = get_logger("atlas.worker.sweeper")
 
@@ -40,6 +44,7 @@ class SweepReport:
     cleaned: int
     deadlines: int = 0
     pruned: int = 0
+    reindexed: int = 0
 
 
 class Sweeper:
@@ -51,12 +56,14 @@ class Sweeper:
         *,
         batch_size: int = 500,
         pruner: Pruner | None = None,
+        reindexer: Reindexer | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
         self.store = store
         self.batch_size = batch_size
         self.pruner = pruner
+        self.reindexer = reindexer if reindexer is not None else Reindexer(engine)
 
     async def run_once(self) -> SweepReport:
         expired = 0
@@ -74,7 +81,14 @@ class Sweeper:
         await self._remove_unreferenced_published()  # issue 8: a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
-        return SweepReport(expired=expired, cleaned=cleaned, deadlines=deadlines, pruned=pruned)
+        reindexed = len(await self.reindexer.run_if_due())
+        return SweepReport(
+            expired=expired,
+            cleaned=cleaned,
+            deadlines=deadlines,
+            pruned=pruned,
+            reindexed=reindexed,
+        )
 
     async def _deadline_batch(self) -> tuple[int, int]:
         t = self.transitions
@@ -96,7 +110,7 @@ class Sweeper:
             rows = (
                 await conn.execute(EXPIRED_RESULTS, {"limit": self.batch_size, **t.clock.bind()})
             ).all()
-            results = await t.expire_results(conn, [row.id for row in rows])
+            results = await t.expire_results(conn, [row.id for row in rows], full_rows=False)
         done = [
             (row.owner, row.id)
             for row, outcome in zip(rows, results, strict=True)

@@ -373,3 +373,47 @@ async def remember_idempotency_keys(
             "job_ids": [job_id for _, _, job_id in keys],
         },
     )
+
+
+# -- index upkeep of jobs (workers.reindexer) ----------------------------------------------
+# One worker process at a time rebuilds: a session-level advisory lock on the reindexer's
+# own connection (try-only: another process already at it means nothing to do here).
+REINDEX_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended('atlas.reindex.jobs', 0))")
+REINDEX_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('atlas.reindex.jobs', 0))")
+
+# bloated_job_indexes: the valid B-tree indexes of ``jobs`` larger than both
+# :min_bytes and :bytes_per_row per live row of the table (the larger of the statistics'
+# live count and the planner's estimate: right after a crash the statistics restart at
+# zero). A partial index holds at most that many entries, so the bound is generous for
+# it. Sizes are read from the catalog and the storage manager: no scan of anything.
+BLOATED_JOB_INDEXES = text("""
+SELECT CAST(i.indexrelid AS regclass)::text AS name,
+       pg_relation_size(i.indexrelid) AS bytes,
+       CAST(greatest(s.n_live_tup, t.reltuples, 0) AS bigint) AS live_rows
+  FROM pg_index AS i
+  JOIN pg_class AS t ON t.oid = i.indrelid
+  JOIN pg_class AS x ON x.oid = i.indexrelid
+  JOIN pg_am AS am ON am.oid = x.relam
+  JOIN pg_stat_all_tables AS s ON s.relid = i.indrelid
+ WHERE i.indrelid = to_regclass('jobs')
+   AND i.indisvalid AND i.indisready AND am.amname = 'btree'
+   AND x.relname !~ '_cc(new|old)[0-9]*$'
+   AND pg_relation_size(i.indexrelid)
+       > greatest(CAST(:min_bytes AS bigint),
+                  CAST(:bytes_per_row AS bigint) * greatest(s.n_live_tup, t.reltuples, 0))
+ ORDER BY pg_relation_size(i.indexrelid) DESC
+""")
+
+# rebuild_leftovers: what an interrupted REINDEX CONCURRENTLY of an index of ``jobs``
+# left behind -- an invalid ``<name>_ccnew`` (or ``_ccold``) index that every write
+# still maintains. Only read under REINDEX_LOCK, so never another reindexer's build.
+REBUILD_LEFTOVERS = text("""
+SELECT CAST(i.indexrelid AS regclass)::text AS name
+  FROM pg_index AS i JOIN pg_class AS x ON x.oid = i.indexrelid
+ WHERE i.indrelid = to_regclass('jobs')
+   AND NOT i.indisvalid
+   AND x.relname ~ '_cc(new|old)[0-9]*$'
+""")
+
+# index_bytes: one index's size now (after its rebuild, for the log).
+INDEX_BYTES = text("SELECT pg_relation_size(to_regclass(:name))")

@@ -192,8 +192,14 @@ Index(
     jobs.c.lease_expires_at,
     postgresql_where=jobs.c.state.in_([JobState.RUNNING.value, JobState.CANCEL_REQUESTED.value]),
 )
-# Status listings: the caller's jobs, newest first, cursor on seq.
-Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq.desc())
+# Status listings: the caller's jobs, newest first, cursor on seq -- read backwards.
+# Ascending on purpose: seq only grows, so a new job's entry lands at the end of the
+# owner's range, where page splits keep pages full; descending, it lands on the range's
+# first page and splits leave half-empty pages behind (200,000 new jobs: 11.3 MiB
+# descending, 6.3 ascending; revision d3c4d5e6f7a8). The later versions of a job (its
+# updates are not HOT) land mid-range either way, so under a steady churn the two sizes
+# are alike; the gain is in a backlog. Every version of every job has an entry here.
+Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq)
 # Admission control counts an owner's unfinished jobs without touching finished ones.
 Index(
     "ix_jobs_owner_active",

@@ -89,13 +89,17 @@ class MaintenanceMoves(Service):
         return outcome
 
     async def expire_results(
-        self, conn: AsyncConnection, job_ids: Sequence[uuid.UUID]
+        self, conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, full_rows: bool = True
     ) -> list[MoveResult]:
+        """:meth:`expire_result` for many jobs in one statement. ``full_rows=False`` (the
+        sweeper, which only needs to know which moved): an ``Applied`` carries only the
+        row's id, state and version, not the whole job row."""
         return await self.executor.apply(
             conn,
             TRANSITIONS[_N.EXPIRE_RESULT],
             [Step(job_id, note="result retention passed; files removed") for job_id in job_ids],
             actor=SYSTEM_SWEEPER,
+            full_rows=full_rows,
         )
 
     async def pass_deadline(self, conn: AsyncConnection, job_id: uuid.UUID) -> MoveResult:

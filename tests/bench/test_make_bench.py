@@ -23,7 +23,7 @@ TINY = {
     "BENCH_CLAIMS": "5",
     "BENCH_CLAIM_LIMIT": "4",
     "BENCH_CHURN_SIZES": "100,300",
-    "BENCH_CHURN_CONCURRENCY": "8",
+    "BENCH_CHURN_BATCH": "40",
     "BENCH_BUDGET_SECONDS": "600",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
@@ -73,6 +73,7 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
 
     claim = report["results"]["claim"]
     assert [s["queued"] for s in claim["sizes"]] == [50, 200]
+    assert not claim["cut_by_budget"]
     for size in claim["sizes"]:
         assert size["claims"] == 5
         assert size["queued_after"] == size["queued"]  # topped up after every claim
@@ -88,6 +89,10 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         assert set(stage["tables"]) == {"jobs", "job_history", "attempts"}
         assert all(t["total_bytes"] > 0 for t in stage["tables"].values())
         assert stage["pruned"] + stage["jobs_rows"] == stage["churned"]  # all accounted for
+        jobs = stage["tables"]["jobs"]
+        assert {"pk_jobs", "ix_jobs_claimable", "ix_jobs_owner_seq"} <= set(jobs["indexes"])
+        assert sum(jobs["indexes"].values()) == jobs["index_bytes"]
+        assert len(stage["load_average"]) == 3
     assert bloat["ratio"] > 0
 
     # One goal row per ratio: four HTTP pairs, the claim, the hot table, all three tables.
@@ -95,4 +100,44 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     for row in report["goals"]:
         assert row["ratio"] > 0
         assert f"{row['ratio']:.2f}" in done.stdout
+    assert str(path) in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_spent_budget_cuts_the_larger_sizes_and_still_reports(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """No time left after the baselines: the larger claim and churn sizes are skipped,
+    not overrun, the JSON and the table say so, and the report still prints."""
+    results_dir = tmp_path / "results"
+    env = {
+        **os.environ,
+        **TINY,
+        "BENCH_SECTIONS": "claim,bloat",
+        "BENCH_BUDGET_SECONDS": "0",
+        "DATABASE_URL": pg_server.admin_url,
+        "BENCH_RESULTS_DIR": str(results_dir),
+        "ATLAS_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.suite"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    (path,) = results_dir.glob("bench-*.json")
+    results = json.loads(path.read_text())["results"]
+    assert [s["queued"] for s in results["claim"]["sizes"]] == [50]  # the baseline only
+    assert results["claim"]["cut_by_budget"]
+    assert [s["churned"] for s in results["bloat"]["stages"]] == [100]
+    assert results["bloat"]["cut_by_budget"]
+    assert "skipped: over the time budget" in done.stderr
+    assert "(asked 200: time budget)" in done.stdout
+    assert "(asked 300: time budget)" in done.stdout
     assert str(path) in done.stdout

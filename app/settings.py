@@ -71,6 +71,27 @@ class Settings(BaseSettings):
             "claims come back full; unset means the process's concurrency, 0 turns it off."
         ),
     )
+    index_rebuild_min_mb: int = Field(
+        default=64,
+        ge=0,
+        description=(
+            "The sweeper rebuilds (REINDEX INDEX CONCURRENTLY, one worker process at a "
+            "time) an index of jobs larger than this many MiB and than "
+            "ATLAS_INDEX_REBUILD_BYTES_PER_ROW per live row: what a drained backlog "
+            "leaves behind. 0 turns the rebuilds off."
+        ),
+    )
+    index_rebuild_bytes_per_row: int = Field(
+        default=512,
+        gt=0,
+        description="An index of jobs above this size per live row (and above "
+        "ATLAS_INDEX_REBUILD_MIN_MB) is rebuilt; a fresh one takes 30-60 bytes per row.",
+    )
+    index_rebuild_check_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often each worker process's sweeper looks for an index to rebuild.",
+    )
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     startup_wait_seconds: float = Field(
         default=30.0,

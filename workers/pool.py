@@ -77,6 +77,7 @@ from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.pruner import Pruner
 from workers.reaper import Reaper
+from workers.reindexer import MIB, Reindexer
 from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
@@ -177,7 +178,22 @@ class WorkerPool:
             keep_seconds=settings.result_ttl_seconds + settings.finished_job_retention_seconds,
             batch_size=settings.prune_batch_size,
         )
-        self.sweeper = Sweeper(self.engine, self.transitions, self.store, pruner=self.pruner)
+        self.sweeper = Sweeper(
+            self.engine,
+            self.transitions,
+            self.store,
+            pruner=self.pruner,
+            reindexer=(
+                Reindexer(
+                    self.engine,
+                    min_bytes=settings.index_rebuild_min_mb * MIB,
+                    bytes_per_row=settings.index_rebuild_bytes_per_row,
+                    check_seconds=settings.index_rebuild_check_seconds,
+                )
+                if settings.index_rebuild_min_mb > 0
+                else "off"
+            ),
+        )
         self.scheduler = Scheduler(self.engine, self.transitions)
         self.webhooks = (
             WebhookSender(self.engine, self.transitions.clock, settings, render_status)

@@ -23,6 +23,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -56,14 +57,17 @@ class Sweeper:
         *,
         batch_size: int = 500,
         pruner: Pruner | None = None,
-        reindexer: Reindexer | None = None,
+        reindexer: Reindexer | Literal["off"] | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
         self.store = store
         self.batch_size = batch_size
         self.pruner = pruner
-        self.reindexer = reindexer if reindexer is not None else Reindexer(engine)
+        # None: the default bounds; "off": no rebuilds (ATLAS_INDEX_REBUILD_MIN_MB=0).
+        self.reindexer = (
+            None if reindexer == "off" else reindexer if reindexer else Reindexer(engine)
+        )
 
     async def run_once(self) -> SweepReport:
         expired = 0
@@ -81,7 +85,7 @@ class Sweeper:
         await self._remove_unreferenced_published()  # issue 8: a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
-        reindexed = len(await self.reindexer.run_if_due())
+        reindexed = len(await self.reindexer.run_if_due()) if self.reindexer else 0
         return SweepReport(
             expired=expired,
             cleaned=cleaned,

@@ -9,8 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import single_statements
+from app.settings import Settings
 from app.storage import FilesystemStore
 from app.transitions import Actor, NewJob, Transitions
+from workers.pool import WorkerPool
 from workers.reindexer import Reindexer
 from workers.sweeper import Sweeper
 
@@ -139,5 +141,38 @@ async def test_the_sweeper_rebuilds_when_due_and_then_waits_its_interval(
     assert (await sweeper.run_once()).reindexed >= 3
     await _drained_backlog(engine, transitions, KEPT)  # bloated again at once
     assert (await sweeper.run_once()).reindexed == 0  # not due for an hour
-    assert isinstance(sweeper.reindexer, Reindexer)
-    assert Sweeper(engine, transitions, store).reindexer.min_bytes == 64 * 2**20
+    default = Sweeper(engine, transitions, store).reindexer
+    assert default is not None
+    assert default.min_bytes == 64 * 2**20
+
+
+async def test_the_pool_takes_the_bounds_from_its_settings_and_zero_turns_it_off(
+    engine: AsyncEngine, transitions: Transitions, store: FilesystemStore, database_url: str
+) -> None:
+    base = Settings(data_dir=store.root.parent)
+    tuned = base.model_copy(
+        update={
+            "index_rebuild_min_mb": 1,
+            "index_rebuild_bytes_per_row": 300,
+            "index_rebuild_check_seconds": 7.5,
+        }
+    )
+    pools = [
+        WorkerPool(s, database_url=database_url, concurrency=1, handlers={})
+        for s in (tuned, base.model_copy(update={"index_rebuild_min_mb": 0}))
+    ]
+    try:
+        reindexer = pools[0].sweeper.reindexer
+        assert reindexer is not None
+        assert (reindexer.min_bytes, reindexer.bytes_per_row, reindexer.check_seconds) == (
+            2**20,
+            300,
+            7.5,
+        )
+        off = pools[1].sweeper
+        assert off.reindexer is None
+        assert (await off.run_once()).reindexed == 0  # a pass without it still runs
+    finally:
+        for pool in pools:
+            await pool.engine.dispose()
+            await pool.heartbeat_engine.dispose()

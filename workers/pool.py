@@ -21,7 +21,9 @@ waiting there is a held attempt like a running one:
   ``queued`` with its history row, the attempt not charged.
 
 A claim that comes back short (the queue is not busy) turns prefetching off until a
-claim fills again, so an idle fleet's pickup latency and its spread of jobs between
+claim fills again -- not busy, a claim asks for one job more than the free slots, and
+only that job's presence turns prefetching on -- so an idle fleet's pickup latency and
+its spread of jobs between
 processes stay as they were: a process takes jobs ahead of its slots only from a
 backlog, and at most ``prefetch`` of them. While prefetching it claims again once half a
 batch is free (fewer, larger claims; the local queue feeds the slots meanwhile).
@@ -266,9 +268,17 @@ class WorkerPool:
 
     def _claim_room(self) -> int:
         """How many jobs the next claim may take: the free slots not already promised
-        to a locally queued job, plus the prefetch allowance while the queue is busy."""
-        ahead = self.prefetch if self._busy else 0
-        return self._free_slots() + ahead - len(self._local)
+        to a locally queued job, plus the prefetch allowance while the queue is busy.
+
+        Not busy, a claim for free slots asks for ONE job more: only a claim that comes
+        back with more jobs than the free slots proves a backlog. (A claim that merely
+        filled the free slots proves nothing: one job for one free slot would turn
+        prefetching on, and the next claim -- sent at once -- would find the queue empty:
+        one wasted statement per job when jobs arrive one at a time.)"""
+        free = self._free_slots()
+        probe = 1 if self.prefetch and free > 0 else 0
+        ahead = self.prefetch if self._busy else probe
+        return free + ahead - len(self._local)
 
     def _dispatch(self) -> None:
         """Start locally queued jobs, oldest claim first, while slots are free."""

@@ -232,7 +232,7 @@ async def test_a_pool_whose_claim_came_back_short_takes_nothing_ahead_of_the_oth
     stop2 = asyncio.Event()
     task2: asyncio.Task[None] | None = None
     try:
-        await bounded(gate.first_started.wait())  # claimed 1 of the 2 it asked for: short
+        await bounded(gate.first_started.wait())  # claimed 1 of the 3 it asked for: short
         assert not pool._busy
         assert pool._local == {}
         second = await harness.create()
@@ -292,3 +292,42 @@ async def test_a_drain_sends_few_statements_per_job(
     # Every publication is a group commit (one statement; history and attempts in it).
     assert 1 <= len(publications) <= n // 2, len(publications)
     assert all(s.startswith("WITH input AS") for s in publications)
+
+
+async def test_a_job_arriving_alone_costs_one_claim_not_a_second_empty_one(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    """One job for one free slot proves no backlog: the pool does not turn prefetching on
+    and claim again at once (that claim would find the queue empty -- one wasted
+    statement per job when jobs arrive one at a time). Only a claim that brings back
+    more jobs than the free slots does."""
+    gate = Gate()
+    first = await harness.create()
+    pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=4)
+    claims: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().startswith("WITH picked AS"):
+            claims.append(statement)
+
+    event.listen(pool.engine.sync_engine, "before_cursor_execute", on_execute)
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await bounded(gate.first_started.wait())
+        await asyncio.sleep(5 * settings.poll_interval_seconds)  # polls would claim here
+        assert len(claims) == 1, len(claims)  # the slot is busy; nothing more to claim
+        assert not pool._busy
+        assert pool._local == {}
+        # A backlog: the next claim brings back more than the free slot, and prefetches.
+        backlog = [await harness.create() for _ in range(6)]
+        gate.open.set()
+        await until(
+            lambda: _states(harness, [first, *backlog]),
+            lambda states: states == ["succeeded"] * 7,
+        )
+        assert len(claims) < 7  # fewer claims than jobs: the backlog was prefetched
+    finally:
+        stop.set()
+        gate.open.set()
+        await bounded(task)

@@ -6,7 +6,7 @@ and the executor's generated statements (a group-committed publication) keep the
 constant whatever the batch size (arrays, not expanding ``IN`` lists), so each costs one
 Parse per connection for its lifetime. PostgreSQL then switches to a generic plan after
 five executions when it is as good, so steady-state claims are not even planned (see
-``docs/performance.md``: at 1,000,000 queued the claim's planning time is not what grows).
+``docs/performance-log.md``: at 1,000,000 queued the claim's planning time is not what grows).
 The server's own view (``pg_prepared_statements``) is checked, not the client's cache.
 """
 

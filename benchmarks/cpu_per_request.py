@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from benchmarks.peer_adapter import migrate, reset_database
 from benchmarks.suite import (
     NOOP_BODY,
     REPO,
+    api_environment,
     drop_database,
     free_port,
     load,
@@ -185,14 +185,7 @@ def main() -> None:
     key = asyncio.run(prepare(url))
     try:
         with tempfile.TemporaryDirectory(prefix="atlas-bench-cpu-") as tmp:
-            env = {
-                **os.environ,
-                "DATABASE_URL": url,
-                "ATLAS_DATA_DIR": tmp,
-                "ATLAS_SIGNING_SECRET": secrets.token_hex(32),
-                "ATLAS_LOG_LEVEL": "WARNING",
-                "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": str(10**9),
-            }
+            env = api_environment(url, tmp)
             ports = {"atlas": free_port(), "bare": free_port()}
             with (
                 server_process(

@@ -258,6 +258,19 @@ def free_port() -> int:
         return port
 
 
+def api_environment(url: str, data_dir: str) -> dict[str, str]:
+    """The environment of an API process under the load generator: this database, a
+    throwaway data dir, quiet logs, the owner's admission cap out of the way."""
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "ATLAS_DATA_DIR": data_dir,
+        "ATLAS_SIGNING_SECRET": secrets.token_hex(32),
+        "ATLAS_LOG_LEVEL": "WARNING",
+        "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": str(10**9),
+    }
+
+
 @contextmanager
 def server_process(
     args: list[str], *, env: dict[str, str], log_path: Path, port: int, cwd: Path = REPO
@@ -326,15 +339,7 @@ async def section_http(base_url: str, knobs: Knobs, run_id: str) -> dict[str, An
         finally:
             await engine.dispose()
         with tempfile.TemporaryDirectory(prefix="atlas-bench-http-") as tmp:
-            env = {
-                **os.environ,
-                "DATABASE_URL": url,
-                "ATLAS_DATA_DIR": tmp,
-                "ATLAS_SIGNING_SECRET": secrets.token_hex(32),
-                "ATLAS_LOG_LEVEL": "WARNING",
-                "ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER": str(10**9),
-                "PYTHONPATH": str(REPO),
-            }
+            env = {**api_environment(url, tmp), "PYTHONPATH": str(REPO)}
             atlas_port, bare_port = free_port(), free_port()
             with (
                 server_process(

@@ -31,11 +31,14 @@ HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> None:
-    results_dir = tmp_path / "results"
+def _run_suite(
+    pg_server: Server, tmp_path: Path, results_dir: Path, **knobs: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks.suite`` at the tiny sizes (plus ``knobs``); it must exit 0."""
     env = {
         **os.environ,
         **TINY,
+        **knobs,
         "DATABASE_URL": pg_server.admin_url,
         "BENCH_RESULTS_DIR": str(results_dir),
         "ATLAS_DATA_DIR": str(tmp_path / "data"),
@@ -50,6 +53,12 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> None:
+    results_dir = tmp_path / "results"
+    done = _run_suite(pg_server, tmp_path, results_dir)
 
     (path,) = results_dir.glob("bench-*.json")
     report = json.loads(path.read_text())
@@ -111,25 +120,13 @@ def test_a_spent_budget_cuts_the_larger_sizes_and_still_reports(
     """No time left after the baselines: the larger claim and churn sizes are skipped,
     not overrun, the JSON and the table say so, and the report still prints."""
     results_dir = tmp_path / "results"
-    env = {
-        **os.environ,
-        **TINY,
-        "BENCH_SECTIONS": "claim,bloat",
-        "BENCH_BUDGET_SECONDS": "0",
-        "DATABASE_URL": pg_server.admin_url,
-        "BENCH_RESULTS_DIR": str(results_dir),
-        "ATLAS_DATA_DIR": str(tmp_path / "data"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
+    done = _run_suite(
+        pg_server,
+        tmp_path,
+        results_dir,
+        BENCH_SECTIONS="claim,bloat",
+        BENCH_BUDGET_SECONDS="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
 
     (path,) = results_dir.glob("bench-*.json")
     results = json.loads(path.read_text())["results"]

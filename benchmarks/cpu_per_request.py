@@ -33,14 +33,14 @@ from typing import Any
 
 import httpx
 
-from app.apikeys import Role, create_key
-from app.db.engine import create_engine, normalize_url, resolve_database_url
+from app.db.engine import normalize_url, resolve_database_url
 from app.settings import Settings
 from benchmarks.peer_adapter import migrate, reset_database
 from benchmarks.suite import (
     NOOP_BODY,
     REPO,
     api_environment,
+    bench_key,
     drop_database,
     free_port,
     load,
@@ -157,13 +157,7 @@ async def prepare(url: str) -> str:
     """A fresh, migrated database and an API key of the owner ``bench``."""
     await reset_database(url)
     await asyncio.to_thread(migrate, url)
-    engine = create_engine(url, pool_size=1, application_name="atlas-bench")
-    try:
-        async with engine.begin() as conn:
-            key = await create_key(conn, owner="bench", roles=[Role.CLIENT])
-    finally:
-        await engine.dispose()
-    return key
+    return await bench_key(url)
 
 
 def main() -> None:

@@ -258,6 +258,16 @@ def free_port() -> int:
         return port
 
 
+async def bench_key(url: str) -> str:
+    """A new API key of the owner ``bench`` (role client) in the database at ``url``."""
+    engine = create_engine(url, pool_size=1, application_name="atlas-bench")
+    try:
+        async with engine.begin() as conn:
+            return await create_key(conn, owner="bench", roles=[Role.CLIENT])
+    finally:
+        await engine.dispose()
+
+
 def api_environment(url: str, data_dir: str) -> dict[str, str]:
     """The environment of an API process under the load generator: this database, a
     throwaway data dir, quiet logs, the owner's admission cap out of the way."""
@@ -332,12 +342,7 @@ async def section_http(base_url: str, knobs: Knobs, run_id: str) -> dict[str, An
     async with scratch_database(
         base_url, f"atlas_bench_http_{run_id}", knobs.keep_databases
     ) as url:
-        engine = create_engine(url, pool_size=1, application_name="atlas-bench")
-        try:
-            async with engine.begin() as conn:
-                key = await create_key(conn, owner="bench", roles=[Role.CLIENT])
-        finally:
-            await engine.dispose()
+        key = await bench_key(url)
         with tempfile.TemporaryDirectory(prefix="atlas-bench-http-") as tmp:
             env = {**api_environment(url, tmp), "PYTHONPATH": str(REPO)}
             atlas_port, bare_port = free_port(), free_port()

@@ -59,6 +59,17 @@ ATTEMPTS = Counter(
     ["kind", "outcome"],
     registry=REGISTRY,
 )
+_ATTEMPT_COUNTERS: dict[tuple[str, str], Counter] = {}
+
+
+def record_attempt(kind: str, outcome: str) -> None:
+    """Count one ended attempt (``labels()`` runs once per kind and outcome, not per job)."""
+    counter = _ATTEMPT_COUNTERS.get((kind, outcome))
+    if counter is None:
+        counter = _ATTEMPT_COUNTERS[kind, outcome] = ATTEMPTS.labels(kind, outcome)
+    counter.inc()
+
+
 RETRIES = Counter(
     "atlas_retries",
     "Recoverable errors that sent a job back to the queue or to unresolved, by kind and "

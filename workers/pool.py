@@ -68,6 +68,7 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
+from app.lifecycle import AttemptOutcome
 from app.logs import get_logger
 from app.settings import Settings
 from app.storage import make_store
@@ -83,6 +84,7 @@ from workers.reindexer import MIB, Reindexer
 from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
+from workers.wakeup import Flag, wait_any
 from workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
@@ -214,8 +216,12 @@ class WorkerPool:
         """Publications in a transaction of their own (each holds a connection)."""
         self._grouped = 0
         """Publications waiting in the completer's group commit."""
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        # What the claim loop sleeps on: one future for all of them, no task per wait.
+        self._wake = Flag()
+        """New work was announced (or the LISTEN connection came back)."""
+        self._slot_freed = Flag()
+        self._stopped = Flag()
+        """``stop`` was set (mirrored by :meth:`_watch_stop`)."""
 
     # -- callbacks ----------------------------------------------------------------------
 
@@ -307,6 +313,7 @@ class WorkerPool:
         kinds = {key.split("@", 1)[0] for key in self.handlers}
         listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
         background = [
+            asyncio.create_task(self._watch_stop(stop), name="stop-watch"),
             asyncio.create_task(listener.run(), name="listener"),
             asyncio.create_task(self.heartbeat.run(), name="heartbeat"),
             asyncio.create_task(self.completer.run(), name="completer"),
@@ -353,19 +360,18 @@ class WorkerPool:
                 # Wait for a worthwhile batch rather than claiming jobs one by one
                 # while others are finishing (they free their slots within moments).
                 self._slot_freed.clear()
-                await _first(stop.wait(), self._slot_freed.wait())
+                await wait_any(self._stopped, self._slot_freed)
                 continue
             want = min(room, self.claim_batch)
             self._wake.clear()  # before claiming: a notify during the claim is kept
             try:
                 async with self.statements.connect() as conn:  # one statement
                     rows = await self.transitions.claim(
-                        conn, worker_id=self.worker_id, handlers=keys, limit=want
+                        conn, worker_id=self.worker_id, handlers=keys, limit=want, full_rows=False
                     )
             except Exception as exc:  # database unreachable: back off, keep going
                 log.warning("claim.failed", error_class=type(exc).__name__)
-                rows = []
-                await _first(stop.wait(), asyncio.sleep(self.settings.poll_interval_seconds))
+                await wait_any(self._stopped, seconds=self.settings.poll_interval_seconds)
                 continue
             # Prefetch only while the queue is busy: a short claim means there is no
             # backlog for this process to take ahead of the others.
@@ -375,28 +381,27 @@ class WorkerPool:
                 self._local[ctx.job_id] = ctx
             self._dispatch()
             if len(rows) < want:
-                await _first(
-                    stop.wait(),
-                    self._wake.wait(),
-                    asyncio.sleep(self.settings.poll_interval_seconds),
+                await wait_any(
+                    self._stopped, self._wake, seconds=self.settings.poll_interval_seconds
                 )
+
+    async def _watch_stop(self, stop: asyncio.Event) -> None:
+        """Mirror ``stop`` into the flag the claim loop sleeps on."""
+        await stop.wait()
+        self._stopped.set()
 
     def _begin(self, ctx: JobContext) -> None:
         self._working += 1
-        task = asyncio.create_task(self._run_job(ctx), name=f"job-{ctx.job_id}")
+        task = asyncio.create_task(self._run_job(ctx))
         self._running[ctx.job_id] = (ctx, task)
 
     async def _run_job(self, ctx: JobContext) -> None:
         try:
-            with tracing.attempt_span(
-                await self._traceparent(ctx),
-                job_id=str(ctx.job_id),
-                attempt_id=str(ctx.attempt_id),
-                kind=ctx.job.kind,
-                attempt=ctx.job.attempt,
-            ):
+            if tracing.enabled():
+                outcome = await self._run_traced(ctx)
+            else:  # no span to open, no creation trace to read
                 outcome = await self.runner.run(ctx)
-            metrics.ATTEMPTS.labels(ctx.job.kind, outcome.value).inc()
+            metrics.record_attempt(ctx.job.kind, outcome.value)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # an ending could not be written: the reaper recovers it
@@ -413,6 +418,17 @@ class WorkerPool:
                 self._solo -= 1
             self._dispatch()
             self._slot_freed.set()
+
+    async def _run_traced(self, ctx: JobContext) -> AttemptOutcome:
+        """The attempt in a span parented to its job's creation request."""
+        with tracing.attempt_span(
+            await self._traceparent(ctx),
+            job_id=str(ctx.job_id),
+            attempt_id=str(ctx.attempt_id),
+            kind=ctx.job.kind,
+            attempt=ctx.job.attempt,
+        ):
+            return await self.runner.run(ctx)
 
     async def _traceparent(self, ctx: JobContext) -> str | None:
         """The trace the job's creation belongs to (one read per attempt, tracing on)."""
@@ -455,17 +471,6 @@ class WorkerPool:
                 await job()
             except Exception as exc:
                 log.warning("maintenance.failed", error_class=type(exc).__name__)
-
-
-async def _first(*waits: Awaitable[object]) -> None:
-    """Wait until the first of ``waits`` completes; cancel the rest."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def serve(

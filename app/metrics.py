@@ -105,6 +105,9 @@ def observe_finished(kind: str, state: str, created_at: datetime, finished_at: d
     JOB_DURATION.labels(kind, state).observe(max(0.0, (finished_at - created_at).total_seconds()))
 
 
+_LIFETIME_COLUMNS = frozenset(("finished_at", "created_at", "kind"))
+
+
 def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
     """Count applied moves: ``(transition name, returned row)`` pairs. A row that carries
     ``created_at`` and ``finished_at`` (a full row entering a terminal state) is also
@@ -113,18 +116,28 @@ def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
     # costly part, and a group commit moves hundreds of jobs the same way.
     moved: collections.Counter[tuple[str, str]] = collections.Counter()
     durations: dict[tuple[str, str], Any] = {}
+    lifetimes: dict[tuple[str, ...], bool] = {}  # by the rows' columns (one per result)
     for transition, row in rows:
-        moved[transition, row.state] += 1
+        state = row.state
+        moved[transition, state] += 1
+        fields = row._fields
+        timed = lifetimes.get(fields)
+        if timed is None:
+            timed = lifetimes[fields] = _LIFETIME_COLUMNS.issubset(fields)
+        if not timed:
+            continue
         mapping = row._mapping
-        finished_at = mapping.get("finished_at")
-        created_at = mapping.get("created_at")
-        if finished_at is not None and created_at is not None and "kind" in mapping:
-            moved_from = mapping.get("moved_from")
-            if moved_from != row.state:  # entering the terminal state, not a late cancel
-                key = (mapping["kind"], row.state)
-                if key not in durations:
-                    durations[key] = JOB_DURATION.labels(*key)
-                durations[key].observe(max(0.0, (finished_at - created_at).total_seconds()))
+        finished_at = mapping["finished_at"]
+        created_at = mapping["created_at"]
+        if (
+            finished_at is not None
+            and created_at is not None
+            and mapping.get("moved_from") != state  # entering it, not a late cancel
+        ):
+            key = (mapping["kind"], state)
+            if key not in durations:
+                durations[key] = JOB_DURATION.labels(*key)
+            durations[key].observe(max(0.0, (finished_at - created_at).total_seconds()))
     for labels, count in moved.items():
         TRANSITIONS.labels(*labels).inc(count)
 

@@ -74,7 +74,7 @@ from app.settings import Settings
 from app.storage import make_store
 from app.transitions import Actor, Transitions
 from workers.completer import Completer
-from workers.context import JobContext
+from workers.context import ClaimedJob, JobContext
 from workers.handlers import Handler, registry
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
@@ -377,7 +377,7 @@ class WorkerPool:
             # backlog for this process to take ahead of the others.
             self._busy = len(rows) == want
             for row in rows:
-                ctx = self.runner.context(row)
+                ctx = self.runner.context(ClaimedJob.from_claim(row))
                 self._local[ctx.job_id] = ctx
             self._dispatch()
             if len(rows) < want:

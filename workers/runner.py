@@ -96,9 +96,10 @@ class JobRunner:
         self.handlers = handlers
         self.actor = actor
 
-    def context(self, row: Row[Any]) -> JobContext:
+    def context(self, claimed: Row[Any] | ClaimedJob) -> JobContext:
+        """The context of a claimed attempt: from a full claim row, or its facts."""
         return JobContext(
-            ClaimedJob.from_row(row),
+            claimed if isinstance(claimed, ClaimedJob) else ClaimedJob.from_row(claimed),
             engine=self.engine,
             transitions=self.transitions,
             store=self.store,

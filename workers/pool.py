@@ -76,6 +76,7 @@ from app.transitions import Actor, Transitions
 from workers.completer import Completer
 from workers.context import ClaimedJob, JobContext
 from workers.handlers import Handler, registry
+from workers.heap import freeze_startup_heap
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.pruner import Pruner
@@ -310,6 +311,7 @@ class WorkerPool:
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("worker.started", worker_id=self.worker_id, concurrency=self.concurrency)
+        freeze_startup_heap()  # the full collections walk only what jobs allocate
         kinds = {key.split("@", 1)[0] for key in self.handlers}
         listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
         background = [

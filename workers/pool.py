@@ -55,7 +55,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import metrics, tracing
 from app.clock import Clock
@@ -221,6 +222,8 @@ class WorkerPool:
         self._wake = Flag()
         """New work was announced (or the LISTEN connection came back)."""
         self._slot_freed = Flag()
+        self._claimer: AsyncConnection | None = None
+        """The claims' connection, kept between claims (:meth:`_claim`)."""
         self._stopped = Flag()
         """``stop`` was set (mirrored by :meth:`_watch_stop`)."""
 
@@ -355,37 +358,61 @@ class WorkerPool:
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         keys = sorted(self.handlers)
-        while not stop.is_set():
-            room = self._claim_room()
-            least = self._min_claim_busy if self._busy else self._min_claim
-            if room <= 0 or ((self._running or self._local) and room < least):
-                # Wait for a worthwhile batch rather than claiming jobs one by one
-                # while others are finishing (they free their slots within moments).
-                self._slot_freed.clear()
-                await wait_any(self._stopped, self._slot_freed)
-                continue
-            want = min(room, self.claim_batch)
-            self._wake.clear()  # before claiming: a notify during the claim is kept
-            try:
-                async with self.statements.connect() as conn:  # one statement
-                    rows = await self.transitions.claim(
-                        conn, worker_id=self.worker_id, handlers=keys, limit=want, full_rows=False
+        try:
+            while not stop.is_set():
+                room = self._claim_room()
+                least = self._min_claim_busy if self._busy else self._min_claim
+                if room <= 0 or ((self._running or self._local) and room < least):
+                    # Wait for a worthwhile batch rather than claiming jobs one by one
+                    # while others are finishing (they free their slots within moments).
+                    self._slot_freed.clear()
+                    await wait_any(self._stopped, self._slot_freed)
+                    continue
+                want = min(room, self.claim_batch)
+                self._wake.clear()  # before claiming: a notify during the claim is kept
+                try:
+                    rows = await self._claim(keys, want)
+                except Exception as exc:  # database unreachable: back off, keep going
+                    log.warning("claim.failed", error_class=type(exc).__name__)
+                    await wait_any(self._stopped, seconds=self.settings.poll_interval_seconds)
+                    continue
+                # Prefetch only while the queue is busy: a short claim means there is no
+                # backlog for this process to take ahead of the others.
+                self._busy = len(rows) == want
+                for row in rows:
+                    ctx = self.runner.context(ClaimedJob.from_claim(row))
+                    self._local[ctx.job_id] = ctx
+                self._dispatch()
+                if len(rows) < want:
+                    await wait_any(
+                        self._stopped, self._wake, seconds=self.settings.poll_interval_seconds
                     )
-            except Exception as exc:  # database unreachable: back off, keep going
-                log.warning("claim.failed", error_class=type(exc).__name__)
-                await wait_any(self._stopped, seconds=self.settings.poll_interval_seconds)
-                continue
-            # Prefetch only while the queue is busy: a short claim means there is no
-            # backlog for this process to take ahead of the others.
-            self._busy = len(rows) == want
-            for row in rows:
-                ctx = self.runner.context(ClaimedJob.from_claim(row))
-                self._local[ctx.job_id] = ctx
-            self._dispatch()
-            if len(rows) < want:
-                await wait_any(
-                    self._stopped, self._wake, seconds=self.settings.poll_interval_seconds
-                )
+        finally:
+            await self._close_claimer()
+
+    async def _claim(self, keys: list[str], want: int) -> list[Row[Any]]:
+        """One claim statement on the claims' own connection.
+
+        It stays checked out between claims: a checkout and its check-in cost ~0.1 ms
+        of CPU per claim, on the pickup path of every job that arrives at an idle
+        worker. A failed claim closes it (the pool discards a broken one); the next
+        claim takes another."""
+        if self._claimer is None:
+            self._claimer = await self.statements.connect()
+        try:
+            return await self.transitions.claim(
+                self._claimer, worker_id=self.worker_id, handlers=keys, limit=want, full_rows=False
+            )
+        except Exception:
+            await self._close_claimer()
+            raise
+
+    async def _close_claimer(self) -> None:
+        """Hand the claims' connection back to the pool; never raises."""
+        claimer, self._claimer = self._claimer, None
+        if claimer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(claimer.close())
 
     async def _watch_stop(self, stop: asyncio.Event) -> None:
         """Mirror ``stop`` into the flag the claim loop sleeps on."""

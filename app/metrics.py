@@ -105,9 +105,6 @@ def observe_finished(kind: str, state: str, created_at: datetime, finished_at: d
     JOB_DURATION.labels(kind, state).observe(max(0.0, (finished_at - created_at).total_seconds()))
 
 
-_LIFETIME_COLUMNS = frozenset(("finished_at", "created_at", "kind"))
-
-
 def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
     """Count applied moves: ``(transition name, returned row)`` pairs. A row that carries
     ``created_at`` and ``finished_at`` (a full row entering a terminal state) is also
@@ -116,25 +113,20 @@ def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
     # costly part, and a group commit moves hundreds of jobs the same way.
     moved: collections.Counter[tuple[str, str]] = collections.Counter()
     durations: dict[tuple[str, str], Any] = {}
-    lifetimes: dict[tuple[str, ...], bool] = {}  # by the rows' columns (one per result)
     for transition, row in rows:
         state = row.state
         moved[transition, state] += 1
-        fields = row._fields
-        timed = lifetimes.get(fields)
-        if timed is None:
-            timed = lifetimes[fields] = _LIFETIME_COLUMNS.issubset(fields)
-        if not timed:
+        # Attribute reads (a row without the column answers None): most moves are not
+        # terminal, and one read tells.
+        finished_at = getattr(row, "finished_at", None)
+        if finished_at is None:
             continue
-        mapping = row._mapping
-        finished_at = mapping["finished_at"]
-        created_at = mapping["created_at"]
-        if (
-            finished_at is not None
-            and created_at is not None
-            and mapping.get("moved_from") != state  # entering it, not a late cancel
-        ):
-            key = (mapping["kind"], state)
+        created_at = getattr(row, "created_at", None)
+        kind = getattr(row, "kind", None)
+        if created_at is None or kind is None:
+            continue
+        if getattr(row, "moved_from", None) != state:  # entering it, not a late cancel
+            key = (kind, state)
             if key not in durations:
                 durations[key] = JOB_DURATION.labels(*key)
             durations[key].observe(max(0.0, (finished_at - created_at).total_seconds()))

@@ -59,6 +59,17 @@ ATTEMPTS = Counter(
     ["kind", "outcome"],
     registry=REGISTRY,
 )
+_ATTEMPT_COUNTERS: dict[tuple[str, str], Counter] = {}
+
+
+def record_attempt(kind: str, outcome: str) -> None:
+    """Count one ended attempt (``labels()`` runs once per kind and outcome, not per job)."""
+    counter = _ATTEMPT_COUNTERS.get((kind, outcome))
+    if counter is None:
+        counter = _ATTEMPT_COUNTERS[kind, outcome] = ATTEMPTS.labels(kind, outcome)
+    counter.inc()
+
+
 RETRIES = Counter(
     "atlas_retries",
     "Recoverable errors that sent a job back to the queue or to unresolved, by kind and "
@@ -103,17 +114,22 @@ def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
     moved: collections.Counter[tuple[str, str]] = collections.Counter()
     durations: dict[tuple[str, str], Any] = {}
     for transition, row in rows:
-        moved[transition, row.state] += 1
-        mapping = row._mapping
-        finished_at = mapping.get("finished_at")
-        created_at = mapping.get("created_at")
-        if finished_at is not None and created_at is not None and "kind" in mapping:
-            moved_from = mapping.get("moved_from")
-            if moved_from != row.state:  # entering the terminal state, not a late cancel
-                key = (mapping["kind"], row.state)
-                if key not in durations:
-                    durations[key] = JOB_DURATION.labels(*key)
-                durations[key].observe(max(0.0, (finished_at - created_at).total_seconds()))
+        state = row.state
+        moved[transition, state] += 1
+        # Attribute reads (a row without the column answers None): most moves are not
+        # terminal, and one read tells.
+        finished_at = getattr(row, "finished_at", None)
+        if finished_at is None:
+            continue
+        created_at = getattr(row, "created_at", None)
+        kind = getattr(row, "kind", None)
+        if created_at is None or kind is None:
+            continue
+        if getattr(row, "moved_from", None) != state:  # entering it, not a late cancel
+            key = (kind, state)
+            if key not in durations:
+                durations[key] = JOB_DURATION.labels(*key)
+            durations[key].observe(max(0.0, (finished_at - created_at).total_seconds()))
     for labels, count in moved.items():
         TRANSITIONS.labels(*labels).inc(count)
 

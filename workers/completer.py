@@ -11,18 +11,14 @@ at once, a busy one batches naturally while the previous commit is in flight.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.transitions import Actor, Applied, Transitions
 from workers.context import JobContext
 
-
-@dataclass
-class _Pending:
-    ctx: JobContext
-    done: asyncio.Future[bool]
+_Pending = tuple[JobContext, asyncio.Future[bool]]
+"""A finished attempt waiting for the next flush, and the future its job awaits."""
 
 
 class Completer:
@@ -46,9 +42,10 @@ class Completer:
     def publish(self, ctx: JobContext) -> asyncio.Future[bool]:
         """Queue this attempt's (empty) result for the next flush; the future answers
         True when it committed. A plain future, not a task: awaiting (or shielding) it
-        costs no task per job."""
+        costs no task per job. Cancelling it (the job's task was cancelled) only drops
+        the wait: a queued publication is still committed with its batch."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(ctx, done))
+        self._pending.append((ctx, done))
         self._ready.set()
         return done
 
@@ -64,20 +61,20 @@ class Completer:
             async with self.engine.begin() as conn:
                 results = await self.transitions.publish_many(
                     conn,
-                    [(p.ctx.job_id, p.ctx.attempt_id) for p in batch],
+                    [(ctx.job_id, ctx.attempt_id) for ctx, _ in batch],
                     result_ref={"files": []},
                     ttl_seconds=self.ttl_seconds,
                     actor=self.actor,
                     explain_refusals=False,
                 )
         except Exception as exc:
-            for p in batch:
-                if not p.done.done():
-                    p.done.set_exception(exc)
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
             return 0
-        for p, result in zip(batch, results, strict=True):
-            if not p.done.done():
-                p.done.set_result(isinstance(result, Applied))
+        for (_, done), result in zip(batch, results, strict=True):
+            if not done.done():
+                done.set_result(isinstance(result, Applied))
         return sum(isinstance(result, Applied) for result in results)
 
     async def run(self) -> None:

@@ -16,7 +16,7 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -68,6 +68,25 @@ class ClaimedJob:
             kind_version=row.kind_version,
             owner=row.owner,
             input=row.input,
+        )
+
+    @classmethod
+    def from_claim(cls, row: Row[Any]) -> ClaimedJob:
+        """From a row of ``Transitions.claim(..., full_rows=False)``, read by position:
+        its first ten columns are these fields in this order (the claim's hot path;
+        ``tests/workers/test_claiming.py`` pins the order)."""
+        values = cast("tuple[Any, ...]", row)  # a Row is a sequence of its columns
+        return cls(
+            job_id=values[0],
+            attempt_id=values[1],
+            attempt=values[2],
+            charged_attempts=values[3],
+            max_attempts=values[4],
+            max_elapsed_seconds=float(values[5]),
+            kind=values[6],
+            kind_version=values[7],
+            owner=values[8],
+            input=values[9],
         )
 
 

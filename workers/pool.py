@@ -55,7 +55,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app import metrics, tracing
 from app.clock import Clock
@@ -68,13 +69,15 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
+from app.lifecycle import AttemptOutcome
 from app.logs import get_logger
 from app.settings import Settings
 from app.storage import make_store
 from app.transitions import Actor, Transitions
 from workers.completer import Completer
-from workers.context import JobContext
+from workers.context import ClaimedJob, JobContext
 from workers.handlers import Handler, registry
+from workers.heap import freeze_startup_heap
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.pruner import Pruner
@@ -83,6 +86,7 @@ from workers.reindexer import MIB, Reindexer
 from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
+from workers.wakeup import Flag, wait_any
 from workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
@@ -214,8 +218,14 @@ class WorkerPool:
         """Publications in a transaction of their own (each holds a connection)."""
         self._grouped = 0
         """Publications waiting in the completer's group commit."""
-        self._wake = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        # What the claim loop sleeps on: one future for all of them, no task per wait.
+        self._wake = Flag()
+        """New work was announced (or the LISTEN connection came back)."""
+        self._slot_freed = Flag()
+        self._claimer: AsyncConnection | None = None
+        """The claims' connection, kept between claims (:meth:`_claim`)."""
+        self._stopped = Flag()
+        """``stop`` was set (mirrored by :meth:`_watch_stop`)."""
 
     # -- callbacks ----------------------------------------------------------------------
 
@@ -304,9 +314,11 @@ class WorkerPool:
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("worker.started", worker_id=self.worker_id, concurrency=self.concurrency)
+        freeze_startup_heap()  # the full collections walk only what jobs allocate
         kinds = {key.split("@", 1)[0] for key in self.handlers}
         listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
         background = [
+            asyncio.create_task(self._watch_stop(stop), name="stop-watch"),
             asyncio.create_task(listener.run(), name="listener"),
             asyncio.create_task(self.heartbeat.run(), name="heartbeat"),
             asyncio.create_task(self.completer.run(), name="completer"),
@@ -346,57 +358,79 @@ class WorkerPool:
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         keys = sorted(self.handlers)
-        while not stop.is_set():
-            room = self._claim_room()
-            least = self._min_claim_busy if self._busy else self._min_claim
-            if room <= 0 or ((self._running or self._local) and room < least):
-                # Wait for a worthwhile batch rather than claiming jobs one by one
-                # while others are finishing (they free their slots within moments).
-                self._slot_freed.clear()
-                await _first(stop.wait(), self._slot_freed.wait())
-                continue
-            want = min(room, self.claim_batch)
-            self._wake.clear()  # before claiming: a notify during the claim is kept
-            try:
-                async with self.statements.connect() as conn:  # one statement
-                    rows = await self.transitions.claim(
-                        conn, worker_id=self.worker_id, handlers=keys, limit=want
+        try:
+            while not stop.is_set():
+                room = self._claim_room()
+                least = self._min_claim_busy if self._busy else self._min_claim
+                if room <= 0 or ((self._running or self._local) and room < least):
+                    # Wait for a worthwhile batch rather than claiming jobs one by one
+                    # while others are finishing (they free their slots within moments).
+                    self._slot_freed.clear()
+                    await wait_any(self._stopped, self._slot_freed)
+                    continue
+                want = min(room, self.claim_batch)
+                self._wake.clear()  # before claiming: a notify during the claim is kept
+                try:
+                    rows = await self._claim(keys, want)
+                except Exception as exc:  # database unreachable: back off, keep going
+                    log.warning("claim.failed", error_class=type(exc).__name__)
+                    await wait_any(self._stopped, seconds=self.settings.poll_interval_seconds)
+                    continue
+                # Prefetch only while the queue is busy: a short claim means there is no
+                # backlog for this process to take ahead of the others.
+                self._busy = len(rows) == want
+                for row in rows:
+                    ctx = self.runner.context(ClaimedJob.from_claim(row))
+                    self._local[ctx.job_id] = ctx
+                self._dispatch()
+                if len(rows) < want:
+                    await wait_any(
+                        self._stopped, self._wake, seconds=self.settings.poll_interval_seconds
                     )
-            except Exception as exc:  # database unreachable: back off, keep going
-                log.warning("claim.failed", error_class=type(exc).__name__)
-                rows = []
-                await _first(stop.wait(), asyncio.sleep(self.settings.poll_interval_seconds))
-                continue
-            # Prefetch only while the queue is busy: a short claim means there is no
-            # backlog for this process to take ahead of the others.
-            self._busy = len(rows) == want
-            for row in rows:
-                ctx = self.runner.context(row)
-                self._local[ctx.job_id] = ctx
-            self._dispatch()
-            if len(rows) < want:
-                await _first(
-                    stop.wait(),
-                    self._wake.wait(),
-                    asyncio.sleep(self.settings.poll_interval_seconds),
-                )
+        finally:
+            await self._close_claimer()
+
+    async def _claim(self, keys: list[str], want: int) -> list[Row[Any]]:
+        """One claim statement on the claims' own connection.
+
+        It stays checked out between claims: a checkout and its check-in cost ~0.1 ms
+        of CPU per claim, on the pickup path of every job that arrives at an idle
+        worker. A failed claim closes it (the pool discards a broken one); the next
+        claim takes another."""
+        if self._claimer is None:
+            self._claimer = await self.statements.connect()
+        try:
+            return await self.transitions.claim(
+                self._claimer, worker_id=self.worker_id, handlers=keys, limit=want, full_rows=False
+            )
+        except Exception:
+            await self._close_claimer()
+            raise
+
+    async def _close_claimer(self) -> None:
+        """Hand the claims' connection back to the pool; never raises."""
+        claimer, self._claimer = self._claimer, None
+        if claimer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(claimer.close())
+
+    async def _watch_stop(self, stop: asyncio.Event) -> None:
+        """Mirror ``stop`` into the flag the claim loop sleeps on."""
+        await stop.wait()
+        self._stopped.set()
 
     def _begin(self, ctx: JobContext) -> None:
         self._working += 1
-        task = asyncio.create_task(self._run_job(ctx), name=f"job-{ctx.job_id}")
+        task = asyncio.create_task(self._run_job(ctx))
         self._running[ctx.job_id] = (ctx, task)
 
     async def _run_job(self, ctx: JobContext) -> None:
         try:
-            with tracing.attempt_span(
-                await self._traceparent(ctx),
-                job_id=str(ctx.job_id),
-                attempt_id=str(ctx.attempt_id),
-                kind=ctx.job.kind,
-                attempt=ctx.job.attempt,
-            ):
+            if tracing.enabled():
+                outcome = await self._run_traced(ctx)
+            else:  # no span to open, no creation trace to read
                 outcome = await self.runner.run(ctx)
-            metrics.ATTEMPTS.labels(ctx.job.kind, outcome.value).inc()
+            metrics.record_attempt(ctx.job.kind, outcome.value)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # an ending could not be written: the reaper recovers it
@@ -413,6 +447,17 @@ class WorkerPool:
                 self._solo -= 1
             self._dispatch()
             self._slot_freed.set()
+
+    async def _run_traced(self, ctx: JobContext) -> AttemptOutcome:
+        """The attempt in a span parented to its job's creation request."""
+        with tracing.attempt_span(
+            await self._traceparent(ctx),
+            job_id=str(ctx.job_id),
+            attempt_id=str(ctx.attempt_id),
+            kind=ctx.job.kind,
+            attempt=ctx.job.attempt,
+        ):
+            return await self.runner.run(ctx)
 
     async def _traceparent(self, ctx: JobContext) -> str | None:
         """The trace the job's creation belongs to (one read per attempt, tracing on)."""
@@ -455,17 +500,6 @@ class WorkerPool:
                 await job()
             except Exception as exc:
                 log.warning("maintenance.failed", error_class=type(exc).__name__)
-
-
-async def _first(*waits: Awaitable[object]) -> None:
-    """Wait until the first of ``waits`` completes; cancel the rest."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def serve(

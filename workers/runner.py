@@ -96,9 +96,10 @@ class JobRunner:
         self.handlers = handlers
         self.actor = actor
 
-    def context(self, row: Row[Any]) -> JobContext:
+    def context(self, claimed: Row[Any] | ClaimedJob) -> JobContext:
+        """The context of a claimed attempt: from a full claim row, or its facts."""
         return JobContext(
-            ClaimedJob.from_row(row),
+            claimed if isinstance(claimed, ClaimedJob) else ClaimedJob.from_row(claimed),
             engine=self.engine,
             transitions=self.transitions,
             store=self.store,
@@ -162,7 +163,10 @@ class JobRunner:
         ctx.group_commit = completer is not None
         if self.on_publishing is not None:
             self.on_publishing(ctx)
-        if completer is not None and await asyncio.shield(completer.publish(ctx)):
+        # Not shielded: the batch commits this publication whatever happens to this task;
+        # a cancel (the lease lost) only cancels the wait, and the completer skips a
+        # cancelled future.
+        if completer is not None and await completer.publish(ctx):
             return AttemptOutcome.SUCCEEDED
         # Shielded: once the row lock is taken the publication runs to its commit,
         # whatever happens to this task (a cancel request, a shutdown).

@@ -364,18 +364,31 @@ def _json(value: Mapping[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(dict(value), default=str)
 
 
+def _jsons(values: Sequence[Mapping[str, Any] | None]) -> list[str | None]:
+    """:func:`_json` of each; a document shared by many steps (a batch's one empty
+    result) is serialized once."""
+    done: dict[int, str | None] = {}
+    out: list[str | None] = []
+    for value in values:
+        key = id(value)  # the values are alive for the whole call: ids stay unique
+        if key not in done:
+            done[key] = _json(value)
+        out.append(done[key])
+    return out
+
+
 def _params(steps: Sequence[Step]) -> dict[str, list[Any]]:
     return {
         "p_job_id": [s.job_id for s in steps],
         "p_attempt_id": [s.attempt_id for s in steps],
         "p_reason": [None if s.reason is None else s.reason.value for s in steps],
-        "p_error": [_json(s.error) for s in steps],
+        "p_error": _jsons([s.error for s in steps]),
         "p_seconds": [s.seconds for s in steps],
         "p_rule": [s.rule for s in steps],
         "p_stage": [s.stage for s in steps],
         "p_delivery": [None if s.delivery is None else s.delivery.value for s in steps],
-        "p_result_ref": [_json(s.result_ref) for s in steps],
-        "p_data": [_json(s.data) for s in steps],
+        "p_result_ref": _jsons([s.result_ref for s in steps]),
+        "p_data": _jsons([s.data for s in steps]),
         "p_note": [s.note for s in steps],
         "p_event_id": [s.event_id for s in steps],
     }

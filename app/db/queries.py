@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL
+from app.db.schema import jobs
 from app.lifecycle import (
     CANCEL_TOO_LATE,
     TRANSITIONS,
@@ -179,7 +180,7 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # * The handler filter keeps a job that no running worker can handle visibly queued.
 # * The UPDATE re-checks state = 'queued': under READ COMMITTED a row locked after a
 #   concurrent change is re-evaluated, and a changed row simply drops out.
-CLAIM = text(f"""
+_CLAIM_WRITES = f"""
 WITH picked AS (
     SELECT id
       FROM jobs
@@ -217,8 +218,32 @@ WITH picked AS (
            current_attempt_id
       FROM claimed
 )
-SELECT *, {_NOW} AS observed_at FROM claimed ORDER BY seq
-""")
+"""
+CLAIM = text(f"{_CLAIM_WRITES}SELECT *, {_NOW} AS observed_at FROM claimed ORDER BY seq")
+
+# claim_to_run: the same claim, answering only what a worker needs to start each attempt
+# (workers.context.ClaimedJob, and the claim metrics: state, updated_at, available_at).
+# The result columns are declared, so the result's metadata is built once per statement
+# instead of from the cursor on every claim, and no column a worker never reads (the
+# other jsonb documents among them) is sent or decoded.
+_CLAIM_TO_RUN_COLUMNS = (
+    "id",
+    "current_attempt_id",
+    "attempt",
+    "charged_attempts",
+    "max_attempts",
+    "max_elapsed_seconds",
+    "kind",
+    "kind_version",
+    "owner",
+    "input",
+    "state",
+    "updated_at",
+    "available_at",
+)
+CLAIM_TO_RUN = text(
+    f"{_CLAIM_WRITES}SELECT {', '.join(_CLAIM_TO_RUN_COLUMNS)} FROM claimed ORDER BY seq"
+).columns(*(jobs.c[name] for name in _CLAIM_TO_RUN_COLUMNS))
 
 # expired_leases: jobs whose lease ran out, locked for the reaper in a bounded batch,
 # with the facts of their retry budget on database time.

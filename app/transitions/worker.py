@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
-from app.db.queries import CLAIM, LEASE_FACTS, LOCK_FOR_PUBLICATION, RECORD_UNIT
+from app.db.queries import CLAIM, CLAIM_TO_RUN, LEASE_FACTS, LOCK_FOR_PUBLICATION, RECORD_UNIT
 from app.db.schema import job_stages
 from app.lifecycle import (
     TRANSITIONS,
@@ -39,16 +39,21 @@ class WorkerMoves(Service):
         worker_id: str,
         handlers: Sequence[str],
         limit: int,
+        full_rows: bool = True,
     ) -> list[Row[Any]]:
         """Claim up to ``limit`` queued jobs in one statement; each gets a new attempt.
 
         ``handlers`` are ``"kind@version"`` keys this worker can run; other jobs stay
-        queued, visible, for a worker that can.
+        queued, visible, for a worker that can. ``full_rows=False`` (the worker pool):
+        each row carries only what starting the attempt needs -- id,
+        ``current_attempt_id``, attempt, ``charged_attempts``, ``max_attempts``,
+        ``max_elapsed_seconds``, kind, ``kind_version``, owner, input, state,
+        ``updated_at`` and ``available_at``.
         """
         claimed = list(
             (
                 await conn.execute(
-                    CLAIM,
+                    CLAIM if full_rows else CLAIM_TO_RUN,
                     {
                         "worker_id": worker_id,
                         "actor": str(Actor("worker", worker_id)),

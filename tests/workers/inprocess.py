@@ -23,7 +23,7 @@ from app.settings import Settings
 from app.storage import FilesystemStore
 from app.transitions import Actor, NewJob, Transitions
 from workers.completer import Completer
-from workers.context import JobContext
+from workers.context import ClaimedJob, JobContext
 from workers.handlers.base import Handler, PublishPlan
 from workers.reaper import Reaper
 from workers.runner import JobRunner
@@ -98,9 +98,13 @@ class Harness:
         """Claim through the real statement, then build contexts as the pool does."""
         async with self.engine.begin() as conn:
             rows = await self.transitions.claim(
-                conn, worker_id=worker_id, handlers=sorted(runner.handlers), limit=limit
+                conn,
+                worker_id=worker_id,
+                handlers=sorted(runner.handlers),
+                limit=limit,
+                full_rows=False,
             )
-        return [runner.context(row) for row in rows]
+        return [runner.context(ClaimedJob.from_claim(row)) for row in rows]
 
     async def claim(self, runner: JobRunner, *, worker_id: str = WORKER_ID) -> JobContext:
         contexts = await self.claim_all(runner, limit=1, worker_id=worker_id)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import event, text
 
 from app.clock import Clock
 from app.settings import Settings
@@ -199,3 +202,92 @@ async def test_a_heartbeat_that_finds_the_lease_gone_stops_the_job_and_frees_its
         await bounded(task)
     row = await harness.row(job_id)
     assert (row.state, row.current_attempt_id) == ("running", ctx.attempt_id)  # for the reaper
+
+
+async def _listening(harness: Harness) -> bool:
+    """The pool's LISTEN connection is up on this test's database."""
+    async with harness.engine.connect() as conn:
+        count = (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE application_name = 'atlas-listener' "
+                    "AND datname = current_database()"
+                )
+            )
+        ).scalar_one()
+    return bool(count)
+
+
+async def test_a_notification_wakes_an_idle_pool_with_no_poll(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    """Polling every 60 s, the pool starts a job created while it sleeps at once, with
+    ONE claim: the notification, not a poll, woke it."""
+    quiet = settings.model_copy(update={"poll_interval_seconds": 60.0})
+    ran: list[uuid.UUID] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        ran.append(ctx.job_id)
+        return NO_FILES
+
+    pool = _pool(quiet, database_url, harness.clock, {KEY: handler})
+    claims: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().startswith("WITH picked AS"):
+            claims.append(statement)
+
+    event.listen(pool.engine.sync_engine, "before_cursor_execute", on_execute)
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await until(lambda: _listening(harness), bool)
+        await until(lambda: asyncio.sleep(0, len(claims)), lambda n: n >= 1)
+        await asyncio.sleep(0.2)  # the claim after the listener's first wake, if any
+        idle_claims = len(claims)
+        job_id = await harness.create()
+        await until(lambda: _states(harness, [job_id]), lambda s: s == ["succeeded"])
+        assert ran == [job_id]
+        assert len(claims) == idle_claims + 1  # woken once, claimed once
+    finally:
+        stop.set()
+        await bounded(task)
+
+
+async def test_a_notification_that_arrives_during_a_claim_is_kept(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    """The wake-up flag is cleared BEFORE the claim: a job announced while a claim that
+    finds nothing is in flight is claimed right after it, not at the next poll (60 s,
+    beyond this test's bound)."""
+    quiet = settings.model_copy(update={"poll_interval_seconds": 60.0})
+    ran: list[uuid.UUID] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        ran.append(ctx.job_id)
+        return NO_FILES
+
+    pool = _pool(quiet, database_url, harness.clock, {KEY: handler})
+    claim = pool.transitions.claim
+    announced: list[uuid.UUID] = []
+
+    async def claim_then_announce(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = await claim(*args, **kwargs)
+        if not rows and not announced and await _listening(harness):
+            # The claim found nothing; a job is created (and announced) before the
+            # claim returns to the loop, and its notification is delivered meanwhile.
+            announced.append(await harness.create())
+            await until(lambda: asyncio.sleep(0, pool._wake.is_set()), bool)
+        return rows
+
+    pool.transitions.claim = claim_then_announce  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await until(lambda: asyncio.sleep(0, len(announced)), lambda n: n == 1)
+        await until(lambda: _states(harness, announced), lambda s: s == ["succeeded"])
+        assert ran == announced
+    finally:
+        stop.set()
+        await bounded(task)

@@ -17,8 +17,10 @@ from app.db.queries import CLAIM
 from app.db.schema import attempts, job_history, jobs
 from app.kinds import handler_key
 from app.lifecycle import JobState
+from app.transitions import Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually, wait_all_terminal
+from workers.context import ClaimedJob
 
 BULK_QUEUED = text("""
 INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
@@ -106,6 +108,29 @@ async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stal
 
 
 @pytest.mark.slow
+async def test_the_pools_claim_answers_the_attempts_facts_in_the_order_it_reads_them(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    """The pool reads its claim's rows by position (ClaimedJob.from_claim): they give
+    the same facts the job's full row gives after the claim."""
+    async with engine.begin() as conn:
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 2})
+    async with engine.begin() as conn:
+        rows = await transitions.claim(
+            conn,
+            worker_id="w-lean",
+            handlers=[handler_key("atlas.noop", 1)],
+            limit=2,
+            full_rows=False,
+        )
+    assert len(rows) == 2
+    for row in rows:
+        async with engine.connect() as conn:
+            full = (await conn.execute(select(jobs).where(jobs.c.id == row.id))).one()
+        assert ClaimedJob.from_claim(row) == ClaimedJob.from_row(full)
+        assert (row.state, full.state) == (JobState.RUNNING.value, JobState.RUNNING.value)
+
+
 async def test_four_processes_run_2000_noop_jobs_each_exactly_once(
     engine: AsyncEngine, make_fleet: MakeFleet
 ) -> None:

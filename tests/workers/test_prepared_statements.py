@@ -49,8 +49,12 @@ async def test_claims_and_group_publications_are_prepared_once_and_reused(
     try:
         for limit in (1, 2, 3, 4, 5, 6):  # six claims, five batch sizes of publication
             async with engine.connect() as conn:
-                rows = await transitions.claim(
-                    conn, worker_id="w-prep", handlers=[handler_key(kind, 1)], limit=limit
+                rows = await transitions.claim(  # the pool's claim (full_rows=False)
+                    conn,
+                    worker_id="w-prep",
+                    handlers=[handler_key(kind, 1)],
+                    limit=limit,
+                    full_rows=False,
                 )
                 assert len(rows) == limit
                 await transitions.publish_many(

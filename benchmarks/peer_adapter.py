@@ -49,7 +49,7 @@ from typing import Any
 import asyncpg
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.clock import Clock
 from app.db.engine import create_engine, libpq_url, normalize_url, single_statements
@@ -204,6 +204,7 @@ class Atlas:
         self.engine: AsyncEngine = single_statements(
             create_engine(url, pool_size=2, application_name="atlas-bench-producer", pre_ping=False)
         )
+        self._producer: AsyncConnection | None = None
         self.on_job: OnJob = lambda _input: None
 
     def new_job(self, seq: int) -> NewJob:
@@ -217,16 +218,27 @@ class Atlas:
             max_elapsed_seconds=self.spec.max_elapsed_seconds,
         )
 
+    async def producer(self) -> AsyncConnection:
+        """The producer's ONE connection, kept across calls as PGQueuer's producer keeps
+        its asyncpg connection: a program creating jobs one after another through the
+        Python API checks a connection out once, not per job. Autocommit: every call is
+        committed on its own before it returns."""
+        if self._producer is None:
+            self._producer = await self.engine.connect()
+        return self._producer
+
     async def enqueue_many(self, seqs: Sequence[int]) -> None:
         """ONE ``create_many`` statement (jobs + history rows), atomic on its own."""
-        async with self.engine.begin() as conn:
+        conn = await self.producer()
+        async with conn.begin():
             await self.transitions.create_many(
                 conn, [self.new_job(s) for s in seqs], actor=PRODUCER
             )
 
     async def enqueue_one(self, seq: int) -> None:
         """``create``: one job, one statement (jobs + history), committed on its own."""
-        async with self.engine.begin() as conn:
+        conn = await self.producer()
+        async with conn.begin():
             await self.transitions.create(conn, self.new_job(seq), actor=PRODUCER)
 
     def pool(self, concurrency: int) -> WorkerPool:
@@ -246,6 +258,8 @@ class Atlas:
         )
 
     async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.close()
         await self.engine.dispose()
 
 
@@ -301,7 +315,7 @@ async def mode_enqueue(atlas: Atlas, args: argparse.Namespace) -> dict[str, Any]
         args,
         concurrency=1,
         knobs={
-            "producer": "one engine, sequential calls, no worker running",
+            "producer": "one connection kept across calls (autocommit), no worker running",
             "jobs_per_call": args.batch_size,
             "api": "Transitions.create" if args.batch_size <= 1 else "Transitions.create_many",
         },

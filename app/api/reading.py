@@ -24,6 +24,7 @@ from app.api.schemas import JobPublic
 from app.api.views import etag, etag_matches, job_status, next_attempt_at, retry_after_seconds
 from app.clock import Clock
 from app.db import reads
+from app.db.engine import Connects
 from app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
 from app.transitions import Applied, MoveResult, Rejected, RejectReason
 
@@ -59,7 +60,7 @@ async def read_status_once(
 
 
 async def read_status_unless_current(
-    engine: AsyncEngine,
+    connections: Connects,
     job_id: uuid.UUID,
     *,
     owner: str | None,
@@ -69,7 +70,7 @@ async def read_status_unless_current(
     """Like :func:`read_status_once`, but with ``None`` for the body when
     ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
     not read and nothing is built (one statement)."""
-    async with engine.connect() as conn:
+    async with connections.connect() as conn:
         job = await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
         if job is None:
             raise JobNotFoundError()

@@ -11,7 +11,7 @@ from app.api.keycache import KeyCache
 from app.api.metrics import ApiMetrics
 from app.api.notifier import JobChangeNotifier
 from app.clock import Clock
-from app.db.engine import single_statements
+from app.db.engine import AutocommitConnections
 from app.settings import Settings
 from app.signing import DownloadSigner
 from app.storage import ResultStore
@@ -33,12 +33,13 @@ class ApiState:
     draining: bool = False
     keys: KeyCache = field(init=False)
     """Recent successful API-key lookups (``app.api.keycache``)."""
-    reads: AsyncEngine = field(init=False)
+    reads: AutocommitConnections = field(init=False)
     """The same pool in autocommit, for reads that need no transaction (authentication,
-    a status, a listing page): no ``BEGIN``/``ROLLBACK`` round trips around them."""
+    a status, a listing page) and a creation that is one statement: no
+    ``BEGIN``/``ROLLBACK`` round trips around them."""
 
     def __post_init__(self) -> None:
-        self.reads = single_statements(self.engine)
+        self.reads = AutocommitConnections(self.engine)
         self.keys = KeyCache(
             ttl_seconds=self.settings.api_key_cache_seconds,
             max_entries=self.settings.api_key_cache_size,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
 from app.settings import Settings
@@ -184,6 +186,36 @@ def single_statements(engine: AsyncEngine) -> AsyncEngine:
     (the claim, a batched publication, a heartbeat). Never for several statements that
     must commit together."""
     return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+class Connects(Protocol):
+    """What hands out connections: an engine, or :class:`AutocommitConnections`."""
+
+    def connect(self) -> AbstractAsyncContextManager[AsyncConnection]: ...
+
+
+class AutocommitConnections:
+    """What :func:`single_statements` gives, per connection: each checkout of
+    ``engine``'s pool is switched to autocommit (and back when it returns). Cheaper in
+    CPU per checkout than the option engine of :func:`single_statements` -- whose
+    ``isolation_level`` option is applied by an ``engine_connect`` listener, which makes
+    every connection event (begin, execute, commit) go through SQLAlchemy's joined
+    dispatch -- for the API's hottest paths, where that is a few percent of a request."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """Like ``engine.begin()``: in autocommit, no ``BEGIN`` or ``COMMIT`` is sent."""
+        async with self.connect() as conn, conn.begin():
+            yield conn
 
 
 WORKER_SESSION_SETTINGS: dict[str, str] = {

@@ -18,11 +18,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import text
+from sqlalchemy import Boolean, Integer, column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL
-from app.db.schema import jobs
+from app.db.schema import TZ, jobs
 from app.lifecycle import (
     CANCEL_TOO_LATE,
     TRANSITIONS,
@@ -69,11 +69,18 @@ created AS (
            '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
       FROM input AS i
 )"""
+# The creation statements answer with typed columns (``TextClause.columns``): SQLAlchemy
+# then builds the result's metadata once, with the compiled statement, instead of merging
+# the cursor's description of ~40 untyped columns into new metadata on every execution
+# (~0.1 ms of CPU per create). Typed columns are matched by position: every answer
+# spells them out in this order.
+_CREATED_COLUMNS = (*jobs.c, column("observed_at", TZ))
+_CREATED = ", ".join(f"created.{c.name}" for c in _CREATED_COLUMNS)
 CREATE = text(f"""
 WITH input AS ({_CREATION_INPUT}
 ), {_CREATION_WRITES}
-SELECT * FROM created ORDER BY seq
-""")
+SELECT {_CREATED} FROM created ORDER BY seq
+""").columns(*_CREATED_COLUMNS)
 
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
 # app.api.admission): the batch (every job of one owner, :admit_owner) is created only
@@ -94,10 +101,10 @@ WITH admission AS (
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[]))
            <= CAST(:admit_cap AS integer)
 ), {_CREATION_WRITES}
-SELECT created.*, admission.unfinished AS admission_unfinished
+SELECT {_CREATED}, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true
  ORDER BY created.seq
-""")
+""").columns(*_CREATED_COLUMNS, column("admission_unfinished", Integer))
 
 # create_keyed: ONE job with an Idempotency-Key in ONE statement (its own transaction
 # when run in autocommit) -- what CREATE_ADMITTED does, behind the key's two guards:
@@ -135,9 +142,11 @@ WITH guard AS (
 ), input AS ({_CREATION_INPUT}
      WHERE EXISTS (SELECT 1 FROM keyed)
 ), {_CREATION_WRITES}
-SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.*
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, {_CREATED}
   FROM guard CROSS JOIN admission LEFT JOIN created ON true
-""")
+""").columns(
+    column("key_free", Boolean), column("admission_unfinished", Integer), *_CREATED_COLUMNS
+)
 
 # late_cancel: a cancel that found the job finished changes nothing but is recorded
 # (from = to = the final state), so the late request is visible in the history. The same

@@ -11,7 +11,15 @@ import structlog
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import CurrentPrincipal, EngineDep, NoNullBody, StateDep, bind_job, visible_owner
+from app.api.deps import (
+    CurrentPrincipal,
+    EngineDep,
+    NoNullBody,
+    StateDep,
+    api_state,
+    bind_job,
+    visible_owner,
+)
 from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_batch, create_job, needs_transaction
 from app.api.longpoll import held_status, unless_client_leaves
@@ -87,11 +95,12 @@ def request_id() -> str | None:
 )
 async def create(
     body: JobCreate,
-    state: StateDep,
+    request: Request,
     principal: CurrentPrincipal,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """Accept a job. The 202 is sent only after the job row is committed."""
+    state = api_state(request)
     # Answered from the row the creation returned, in the same transaction; a creation
     # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
     engine = (
@@ -235,7 +244,6 @@ def _prefer_wait(prefer: str | None, cap: float) -> int | None:
 )
 async def get(
     job_id: uuid.UUID,
-    state: StateDep,
     principal: CurrentPrincipal,
     request: Request,
     if_none_match: Annotated[
@@ -259,6 +267,7 @@ async def get(
         ),
     ] = None,
 ) -> Any:
+    state = api_state(request)
     bind_job(job_id)
     wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database

@@ -14,9 +14,10 @@ role must be allowed to create databases):
     answered 200 and 304 (``If-None-Match``). Ratio: atlas req/s / bare req/s.
 ``claim``
     ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
-    by ``INSERT ... SELECT generate_series``, 100,000 rows per statement; no history for
-    the filler), then ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N
-    times on a worker-like engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit:
+    by ``INSERT ... SELECT generate_series``, 100,000 rows per statement, with
+    time-ordered ids as the product makes them; no history for the filler), then
+    ``VACUUM ANALYZE``; then ``Transitions.claim(limit=L)`` timed N times on a
+    worker-like engine (``WORKER_SESSION_SETTINGS``, no pre-ping, autocommit:
     as ``WorkerPool`` claims). After each claim as many jobs are created again (untimed)
     so the queue keeps its size. Ratio: p50 at the largest size / p50 at the smallest.
 ``bloat``
@@ -456,11 +457,14 @@ def measure_http(
 # -- claim ----------------------------------------------------------------------------
 
 
+# The filler's ids are time-ordered like the product's (app.ids.new_id, UUIDv7): the
+# column's default (gen_random_uuid) would scatter them over pk_jobs as no real queue does.
 FILL = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, delivery_state)
-SELECT t.owner, t.kind, t.kind_version, jsonb_build_object('tag', 'fill-' || g), t.state,
-       t.reason, t.max_attempts, t.max_elapsed_seconds, t.delivery_state
+SELECT atlas_uuid_v7(), t.owner, t.kind, t.kind_version,
+       jsonb_build_object('tag', 'fill-' || g), t.state, t.reason, t.max_attempts,
+       t.max_elapsed_seconds, t.delivery_state
   FROM (SELECT * FROM jobs ORDER BY seq LIMIT 1) AS t, generate_series(1, :n) AS g
 """)
 

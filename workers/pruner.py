@@ -4,11 +4,13 @@ A finished job (``succeeded``, ``failed``, ``canceled``) is kept for the result
 retention (``ATLAS_RESULT_TTL_SECONDS``) plus ``ATLAS_FINISHED_JOB_RETENTION_SECONDS``
 after it finished, and never while its result is still downloadable; then it goes with
 its history, attempts, stages, checkpoints and idempotency keys
-(:data:`app.db.queries.PRUNE_FINISHED`). Unfinished jobs are never touched. Each
-statement deletes at most ``batch_size`` jobs (``ATLAS_PRUNE_BATCH_SIZE``) and commits on
-its own, so a pass holds few locks for a short time and the table stays bounded under
-any churn. The sweeper runs it after its own passes, in every worker process; the
-batches skip rows another pruner (or a late cancel, or a replay) holds.
+(:data:`app.db.queries.PRUNE_FINISHED`, then :data:`~app.db.queries.PRUNE_HISTORY` in the
+same transaction: the history has no foreign key to cascade along). Unfinished jobs are
+never touched. Each batch deletes at most ``batch_size`` jobs
+(``ATLAS_PRUNE_BATCH_SIZE``) and commits on its own, so a pass holds few locks for a
+short time and the table stays bounded under any churn. The sweeper runs it after its
+own passes, in every worker process; the batches skip rows another pruner (or a late
+cancel, or a replay) holds.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
-from app.db.queries import PRUNE_FINISHED
+from app.db.queries import PRUNE_FINISHED, PRUNE_HISTORY
 from app.logs import get_logger
 
 log = get_logger("atlas.worker.pruner")
@@ -42,7 +44,7 @@ class Pruner:
         """Jobs this pruner deleted since it was made (benchmarks account with it)."""
 
     async def run_once(self) -> PruneReport:
-        """Delete every prunable job now, one bounded batch per statement."""
+        """Delete every prunable job now, one bounded batch per transaction."""
         pruned = batches = 0
         while True:
             deleted = await self._batch()
@@ -58,6 +60,9 @@ class Pruner:
         params = {"keep_seconds": self.keep_seconds, "limit": self.batch_size}
         async with self.engine.begin() as conn:
             result = await conn.execute(PRUNE_FINISHED, {**params, **self.clock.bind()})
-            deleted = len(result.all())
+            ids = list(result.scalars())
+            if ids:
+                await conn.execute(PRUNE_HISTORY, {"job_ids": ids})
+            deleted = len(ids)
         self.total += deleted  # committed: counted even if a later batch is cancelled
         return deleted

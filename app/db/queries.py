@@ -182,6 +182,9 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # claim: queued -> running for up to :limit jobs, each with a new attempt id (the fencing
 # token), an attempts row and a history row, in ONE statement and one short transaction.
 #
+# * Attempt ids are time-ordered (atlas_uuid_v7, revision f1a2b3c4d5e6), like job ids
+#   (app.ids): the new attempts rows append at the right edge of pk_attempts.
+#
 # * The CTE picks rows with FOR UPDATE SKIP LOCKED so concurrent workers never wait on
 #   each other and never pick the same row; LIMIT keeps the batch small.
 # * ORDER BY (available_at, seq) walks ix_jobs_claimable (partial: state = 'queued') in
@@ -205,7 +208,7 @@ WITH picked AS (
            reason = '{_CLAIMED}',
            attempt = j.attempt + 1,
            charged_attempts = j.charged_attempts + 1,
-           current_attempt_id = gen_random_uuid(),
+           current_attempt_id = atlas_uuid_v7(),
            worker_id = :worker_id,
            lease_expires_at = {_NOW} + make_interval(secs => :lease_seconds),
            heartbeat_at = {_NOW},
@@ -326,8 +329,10 @@ SELECT id, owner
 """)
 
 # prune_finished: finished jobs past their retention, deleted in a bounded batch with
-# everything that belongs to them (history, attempts, stages, checkpoints, idempotency
-# keys go by ON DELETE CASCADE, so a job's history lives exactly as long as the job).
+# everything that belongs to them: attempts, stages, checkpoints, idempotency keys go by
+# ON DELETE CASCADE; the history has no foreign key (revision f1a2b3c4d5e6) and goes by
+# PRUNE_HISTORY, run next in the same transaction, so a job's history lives exactly as
+# long as the job.
 #
 # * finished_at IS NOT NULL is the terminal states (CHECK terminal_iff_finished), and
 #   with delivery_state <> 'available' the predicate of ix_jobs_prunable: the walk
@@ -356,6 +361,17 @@ WITH doomed AS (
 DELETE FROM jobs
  WHERE id = ANY(ARRAY(SELECT id FROM doomed))
 RETURNING id
+""")
+
+# prune_history: the history of the jobs PRUNE_FINISHED just deleted (their ids), in its
+# transaction. A statement of its own, not a CTE of PRUNE_FINISHED: a history row is
+# written only under its job's row lock (a move's UPDATE, a late cancel's or late
+# decision's FOR UPDATE), and one committed after PRUNE_FINISHED's snapshot but before
+# its lock would be invisible to a CTE of that statement (an orphan forever). This
+# statement's snapshot is taken with the jobs already deleted and locked: every history
+# row of theirs is committed and seen, and none can come after (the writer finds no job).
+PRUNE_HISTORY = text("""
+DELETE FROM job_history WHERE job_id = ANY(CAST(:job_ids AS uuid[]))
 """)
 
 # expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the

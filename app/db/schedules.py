@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL, Clock
 from app.db.schema import schedule_fires, schedules
+from app.ids import new_id
 from app.scheduling import Cron, MisfirePolicy, OverlapPolicy
 
 
@@ -53,7 +54,7 @@ async def insert(
     row = await conn.execute(
         schedules.insert()
         .values(
-            id=uuid.uuid4(),
+            id=new_id(),
             owner=spec.owner,
             name=spec.name,
             cron=spec.cron.expression,

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL
 from app.db.schema import job_webhooks, webhook_deliveries, webhooks
+from app.ids import new_id
 
 
 async def register(
@@ -33,7 +34,7 @@ async def register(
     row = await conn.execute(
         insert(webhooks)
         .values(
-            id=uuid.uuid4(),
+            id=new_id(),
             owner=owner,
             url=url,
             secret=secret,

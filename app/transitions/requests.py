@@ -14,6 +14,7 @@ from app import metrics
 from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
 from app.db.queries import CREATE, CREATE_ADMITTED, CREATE_KEYED, LATE_CANCEL
 from app.db.schema import jobs
+from app.ids import new_id
 from app.lifecycle import (
     CANCEL_TOO_LATE,
     TERMINAL_STATES,
@@ -55,7 +56,7 @@ class RequestMoves(Service):
         if not batch:
             return []
         check_actor(TRANSITIONS[transition], actor)
-        ids = [uuid.uuid4() for _ in batch]
+        ids = [new_id() for _ in batch]
         admission: dict[str, Any] = {}
         if admission_cap is not None:
             [owner] = {n.owner for n in batch}  # admission is per owner
@@ -89,7 +90,7 @@ class RequestMoves(Service):
         if key is None:
             raise ValueError("create_keyed needs new.idempotency_key")
         check_actor(TRANSITIONS[_N.CREATE], actor)
-        job_id = uuid.uuid4()
+        job_id = new_id()
         row = (
             await conn.execute(
                 CREATE_KEYED,

@@ -99,6 +99,43 @@ async def test_prunes_exactly_the_finished_jobs_past_retention(
     assert await _present(engine, [old_available.id]) == {old_available.id}
 
 
+ORPHAN_HISTORY = text("""
+SELECT count(*) FROM job_history AS h WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = h.job_id)
+""")
+HISTORY_FOREIGN_KEYS = text("""
+SELECT count(*) FROM pg_constraint WHERE conrelid = 'job_history'::regclass AND contype = 'f'
+""")
+
+
+async def test_pruning_leaves_no_orphan_history_rows(
+    engine: AsyncEngine, clock: Clock, transitions: Transitions, jobs: JobFactory
+) -> None:
+    """``job_history`` has no foreign key (revision f1a2b3c4d5e6), so nothing cascades:
+    the pruner deletes the history itself, every row of every pruned job -- creation,
+    claim, ending, and the late cancels recorded after the job finished -- in batches
+    smaller than the jobs pruned, and not one row of a job that stays."""
+    finished = [await jobs.make(state) for state in (JobState.FAILED, JobState.CANCELED) * 3]
+    async with engine.begin() as conn:  # late cancels: history rows after the ending
+        for made in finished[:2]:
+            assert not (await transitions.request_cancel(conn, made.id, actor=OPERATOR)).ok
+    staying = await jobs.make(JobState.RUNNING)
+    async with engine.connect() as conn:
+        assert (await conn.execute(HISTORY_FOREIGN_KEYS)).scalar_one() == 0
+        rows_before = {m.id: (await _owned_rows(engine, m.id))[0] for m in [*finished, staying]}
+    assert all(n >= 2 for n in rows_before.values())  # create + claim/ending at least
+    assert rows_before[finished[0].id] > rows_before[finished[2].id]  # the late cancel's row
+    clock.advance(KEEP + 1)
+
+    report = await Pruner(engine, clock, keep_seconds=KEEP, batch_size=4).run_once()
+
+    assert (report.pruned, report.batches) == (len(finished), 2)
+    async with engine.connect() as conn:
+        assert (await conn.execute(ORPHAN_HISTORY)).scalar_one() == 0
+    for made in finished:
+        assert await _owned_rows(engine, made.id) == (0, 0, 0)
+    assert (await _owned_rows(engine, staying.id))[0] == rows_before[staying.id]
+
+
 async def test_prunes_in_bounded_batches(
     engine: AsyncEngine, clock: Clock, jobs: JobFactory
 ) -> None:
@@ -208,6 +245,8 @@ async def test_pruning_beside_a_working_pool_takes_only_finished_jobs_and_never_
     assert passes >= 1
     assert sorted(runs) == sorted(job_ids)  # each job ran exactly once
     assert pruner.total == len(failing)
+    async with engine.connect() as conn:  # pruned beside live moves: no history left behind
+        assert (await conn.execute(ORPHAN_HISTORY)).scalar_one() == 0
     for job_id in succeeded:
         row: Any = await harness.row(job_id)
         assert (row.state, row.delivery_state) == ("succeeded", "available")

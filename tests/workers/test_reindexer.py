@@ -46,8 +46,12 @@ async def _drained_backlog(engine: AsyncEngine, transitions: Transitions, kept: 
     )
     async with engine.begin() as conn:
         await transitions.create_many(conn, [new] * BACKLOG, actor=PRODUCER)
+        # With their history, as the pruner deletes (job_history has no foreign key).
         await conn.execute(
-            text("DELETE FROM jobs WHERE seq > (SELECT min(seq) FROM jobs) + :kept"),
+            text(
+                "WITH gone AS (DELETE FROM jobs WHERE seq > (SELECT min(seq) FROM jobs) + :kept"
+                " RETURNING id) DELETE FROM job_history WHERE job_id IN (SELECT id FROM gone)"
+            ),
             {"kept": kept - 1},
         )
     async with single_statements(engine).connect() as conn:

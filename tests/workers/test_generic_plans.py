@@ -1,0 +1,137 @@
+"""Worker sessions run prepared statements on their generic plan (``plan_cache_mode =
+force_generic_plan`` in ``WORKER_SESSION_SETTINGS``): a large queue must not turn every
+claim into a fresh planning (the claim's LIMIT is a parameter, so its generic plan is
+costed for 10 % of the queued rows and PostgreSQL would otherwise re-plan each claim).
+
+Proven on the server: the claim's executions are all generic in ``pg_prepared_statements``
+with 50,000 queued jobs, and the generic plan of every worker statement with a LIMIT (the
+claim, the reaper's, the sweeper's and the pruner's selections) walks its partial index
+in order -- the same plan the custom planning gives (``test_claiming``,
+``test_pruner``) -- read with ``EXPLAIN EXECUTE`` of a ``PREPARE``d statement."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import TextClause, text
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.clock import Clock
+from app.db.engine import WORKER_SESSION_SETTINGS, create_engine, libpq_url, single_statements
+from app.db.queries import CLAIM, EXPIRED_LEASES, EXPIRED_RESULTS, EXPIRED_WAITS, PRUNE_FINISHED
+from app.kinds import handler_key
+from app.transitions import Transitions
+
+QUEUED = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds)
+SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'queued', 'new', 3, 600
+  FROM generate_series(1, :n)
+""")
+FINISHED = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds, finished_at, error, delivery_state)
+SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
+       now() - make_interval(secs => g), '{"code": "x"}'::jsonb, 'none'
+  FROM generate_series(1, :n) AS g
+""")
+PLANS = text("""
+SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :prefix
+""")
+ARGUMENTS: dict[str, str] = {
+    "clock_offset": "0.0",
+    "handlers": "'{atlas.noop@1}'",
+    "limit": "16",
+    "worker_id": "'w-generic'",
+    "lease_seconds": "30.0",
+    "actor": "'worker:w-generic'",
+    "keep_seconds": "0.0",
+}
+
+
+@pytest.fixture
+async def large_queue(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(QUEUED, {"n": 50_000})
+        await conn.execute(FINISHED, {"n": 5_000})
+        await conn.execute(text("ANALYZE jobs"))
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+async def _generic_plan(url: str, statement: TextClause) -> dict[str, Any]:
+    """The plan a worker session caches for ``statement``: PREPAREd there and read with
+    EXPLAIN EXECUTE (EXPLAIN (GENERIC_PLAN) is PostgreSQL 16+; the project runs on 15)."""
+    compiled = statement.compile(dialect=asyncpg_dialect.dialect())
+    arguments = ", ".join(ARGUMENTS[name] for name in compiled.positiontup or ())
+    conn = await asyncpg.connect(libpq_url(url), server_settings=WORKER_SESSION_SETTINGS)
+    try:
+        await conn.execute(f"PREPARE worker_statement AS {compiled.string}")
+        explained = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) EXECUTE worker_statement({arguments})"
+        )
+    finally:
+        await conn.close()
+    plan: dict[str, Any] = json.loads(explained)[0]["Plan"]
+    return plan
+
+
+async def test_claims_on_a_worker_session_are_never_replanned_with_a_large_queue(
+    large_queue: None, database_url: str, clock: Clock, transitions: Transitions
+) -> None:
+    engine = single_statements(
+        create_engine(
+            database_url, pool_size=1, server_settings=WORKER_SESSION_SETTINGS, pre_ping=False
+        )
+    )
+    try:
+        for _ in range(8):
+            async with engine.connect() as conn:
+                rows = await transitions.claim(
+                    conn, worker_id="w-generic", handlers=[handler_key("atlas.noop", 1)], limit=16
+                )
+                assert len(rows) == 16
+        async with engine.connect() as conn:
+            [(generic, custom)] = (await conn.execute(PLANS, {"prefix": "%WITH picked AS%"})).all()
+    finally:
+        await engine.dispose()
+    assert (generic, custom) == (8, 0)
+
+
+@pytest.mark.parametrize(
+    ("statement", "index"),
+    [
+        (CLAIM, "ix_jobs_claimable"),
+        (EXPIRED_LEASES, "ix_jobs_lease_expiry"),
+        (EXPIRED_RESULTS, "ix_jobs_delivery_expiry"),
+        (EXPIRED_WAITS, "ix_jobs_wait_deadline"),
+        (PRUNE_FINISHED, "ix_jobs_prunable"),
+    ],
+    ids=["claim", "expired_leases", "expired_results", "expired_waits", "prune_finished"],
+)
+async def test_the_generic_plan_of_each_limited_worker_statement_walks_its_partial_index(
+    large_queue: None, database_url: str, statement: TextClause, index: str
+) -> None:
+    plan = await _generic_plan(database_url, statement)
+    nodes = list(_nodes(plan))
+    kinds = {n["Node Type"] for n in nodes}
+    assert not kinds & {"Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"}, kinds
+    # Limit -> LockRows -> Index Scan of the partial index, in its order: no Sort below
+    # the Limit (the claim's final ORDER BY sorts only the <= LIMIT claimed rows).
+    [limit] = [
+        n
+        for n in nodes
+        if n["Node Type"] == "Limit" and any(d.get("Index Name") == index for d in _nodes(n))
+    ]
+    below = [(d["Node Type"], d.get("Index Name")) for d in _nodes(limit)]
+    assert ("Index Scan", index) in below, below
+    assert "Sort" not in {kind for kind, _ in below}, below

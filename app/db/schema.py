@@ -319,6 +319,22 @@ idempotency_keys = Table(
 )
 Index("ix_idempotency_keys_job_id", idempotency_keys.c.job_id)
 
+# The per-owner count of unfinished jobs that admission reads in O(1) (``owner_backlog``):
+# kept exact by statement-level triggers on ``jobs`` (migration c4d5e6f7a8b9), never
+# written by the application. One small row per owner, updated at each creation and each
+# finish: with room on the page, every update is HOT and the table stays a page or two.
+BACKLOG_STORAGE = {"fillfactor": "50", **APPENDED_STORAGE}
+
+owner_backlog = Table(
+    "owner_backlog",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("unfinished", BigInteger, nullable=False),
+    PrimaryKeyConstraint("owner"),
+    CheckConstraint("unfinished >= 0", name="unfinished_not_negative"),
+    postgresql_with=BACKLOG_STORAGE,
+)
+
 api_keys = Table(
     "api_keys",
     metadata,

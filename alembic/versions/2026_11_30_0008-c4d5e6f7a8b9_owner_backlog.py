@@ -37,13 +37,18 @@ CREATE TABLE owner_backlog (
 # two statements touching several owners lock the counter rows in the same order and
 # cannot deadlock on them. Owners whose delta is zero are left out, so a statement that
 # finishes nothing (a claim, a heartbeat, progress) reads its transition tables and
-# writes nothing. The CHECK makes a counter that would go negative an error, loudly.
+# writes nothing. PostgreSQL checks the CHECK on the row proposed for insertion before it
+# looks for a conflict, so the proposed row carries max(delta, 0) and the update takes
+# the delta itself from the (materialized) CTE: a counter that would go negative is an
+# error (the CHECK, on the updated row), loudly.
 UPSERT = """
+    WITH d AS MATERIALIZED ({deltas})
     INSERT INTO owner_backlog AS b (owner, unfinished)
-    SELECT owner, delta FROM ({deltas}) AS d
+    SELECT owner, GREATEST(delta, 0) FROM d
      WHERE delta <> 0
      ORDER BY owner
-    ON CONFLICT (owner) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
+    ON CONFLICT (owner) DO UPDATE
+       SET unfinished = b.unfinished + (SELECT d.delta FROM d WHERE d.owner = EXCLUDED.owner);
 """
 
 INSERTED = """

@@ -86,7 +86,7 @@ SELECT {_CREATED} FROM created ORDER BY seq
 # app.api.admission): the batch (every job of one owner, :admit_owner) is created only
 # if the owner's unfinished jobs plus the batch stay within :admit_cap, else nothing is.
 # atlas_admission_count (migrations e8f9a0b1c2d3, c4d5e6f7a8b9) takes the owner's
-# admission lock, held to the end of the transaction, then reads the owner's row of
+# admission lock, held to the end of the transaction, then sums the owner's rows of
 # owner_backlog (the count of its unfinished jobs, kept exact by triggers on jobs; at
 # most :admit_cap is reported) with a snapshot taken after the lock was granted (a
 # VOLATILE function's queries each get a fresh one), so concurrent creations of one

@@ -1,6 +1,7 @@
 """``owner_backlog`` (migration c4d5e6f7a8b9): the per-owner count of unfinished jobs that
 admission reads, kept by triggers on ``jobs``. Driven through the real transitions for
-two owners, it equals the count of the owners' unfinished jobs after every step; a
+two owners, it equals the count of the owners' unfinished jobs after every step (and
+each of an owner's 16 rows the count of its jobs whose id hashes there); a
 statement that finishes nothing (claim, heartbeat) does not write it."""
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from workers.pruner import Pruner
 OPERATOR = Actor("operator", "op-1")
 BOTH = ("alice", "bob")
 
-COUNTERS = "SELECT owner, unfinished FROM owner_backlog"
+COUNTERS = "SELECT owner, sum(unfinished) FROM owner_backlog GROUP BY owner"
 COUNTED = f"SELECT owner, count(*) FROM jobs WHERE state NOT IN ({TERMINAL_SQL}) GROUP BY owner"
+SLOTS_KEPT = "SELECT owner, slot, unfinished FROM owner_backlog WHERE unfinished <> 0"
+SLOTS_COUNTED = (
+    "SELECT owner, uuid_hash(id) & 15, count(*) FROM jobs"
+    f" WHERE state NOT IN ({TERMINAL_SQL}) GROUP BY 1, 2"
+)
 COUNTER_WRITES = """
 SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)
   FROM pg_stat_xact_user_tables WHERE relname = 'owner_backlog'
@@ -50,8 +56,11 @@ async def assert_counters_exact(engine: AsyncEngine, step: str) -> dict[str, int
     async with engine.connect() as conn:
         kept = {row[0]: int(row[1]) for row in await conn.execute(text(COUNTERS))}
         counted = {row[0]: int(row[1]) for row in await conn.execute(text(COUNTED))}
+        slots_kept = {(r[0], r[1]): r[2] for r in await conn.execute(text(SLOTS_KEPT))}
+        slots_counted = {(r[0], r[1]): r[2] for r in await conn.execute(text(SLOTS_COUNTED))}
     nonzero = {owner: n for owner, n in kept.items() if n}
     assert nonzero == counted, f"after {step}: kept {kept}, counted {counted}"
+    assert slots_kept == slots_counted, f"after {step}: each job counts in its id's slot"
     return counted
 
 

@@ -17,6 +17,7 @@ from tests.factory import JobFactory
 from tests.support import Server, alembic, alembic_config
 
 REVISION = "c4d5e6f7a8b9"
+BACKLOG = "SELECT owner, sum(unfinished) FROM owner_backlog GROUP BY owner"
 COUNTED = f"SELECT owner, count(*) FROM jobs WHERE state NOT IN ({TERMINAL_SQL}) GROUP BY owner"
 
 
@@ -67,11 +68,11 @@ async def test_upgrade_backfills_existing_jobs_and_downgrade_restores_counting(
             await alembic(url, "upgrade", REVISION)
             expected = {"alice": 3, "bob": 2, "carol": 1}
             assert await rows(engine, COUNTED) == expected
-            assert await rows(engine, "SELECT owner, unfinished FROM owner_backlog") == expected
+            assert await rows(engine, BACKLOG) == expected
             assert await admitted(engine, "bob") == 2
 
             await jobs.make(JobState.QUEUED, owner="bob")  # the triggers count from here
-            assert await rows(engine, "SELECT owner, unfinished FROM owner_backlog") == {
+            assert await rows(engine, BACKLOG) == {
                 **expected,
                 "bob": 3,
             }

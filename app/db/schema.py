@@ -322,9 +322,10 @@ Index("ix_idempotency_keys_job_id", idempotency_keys.c.job_id)
 
 # The per-owner count of unfinished jobs that admission reads (``owner_backlog``): kept
 # exact by statement-level triggers on ``jobs`` (migration c4d5e6f7a8b9), never written
-# by the application. Each owner's count is split over 16 slots (a job counts in the slot
-# its id hashes to) so that concurrent finishes of one owner's jobs rarely wait for the
-# same row; admission sums the owner's rows. With room on the page, updates are HOT.
+# by the application. Each owner's count is split over 16 slots (a job counts in the
+# slot its id's last byte picks) so that concurrent finishes of one owner's jobs rarely
+# wait for the same row; admission sums the owner's rows. With room on the page, updates
+# are HOT.
 BACKLOG_STORAGE = {"fillfactor": "50", **APPENDED_STORAGE}
 
 owner_backlog = Table(

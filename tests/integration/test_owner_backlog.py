@@ -1,7 +1,7 @@
 """``owner_backlog`` (migration c4d5e6f7a8b9): the per-owner count of unfinished jobs that
 admission reads, kept by triggers on ``jobs``. Driven through the real transitions for
 two owners, it equals the count of the owners' unfinished jobs after every step (and
-each of an owner's 16 rows the count of its jobs whose id hashes there); a
+each of an owner's 16 rows the count of its jobs whose id picks it); a
 statement that finishes nothing (claim, heartbeat) does not write it."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ COUNTERS = "SELECT owner, sum(unfinished) FROM owner_backlog GROUP BY owner"
 COUNTED = f"SELECT owner, count(*) FROM jobs WHERE state NOT IN ({TERMINAL_SQL}) GROUP BY owner"
 SLOTS_KEPT = "SELECT owner, slot, unfinished FROM owner_backlog WHERE unfinished <> 0"
 SLOTS_COUNTED = (
-    "SELECT owner, uuid_hash(id) & 15, count(*) FROM jobs"
+    "SELECT owner, get_byte(uuid_send(id), 15) & 15, count(*) FROM jobs"
     f" WHERE state NOT IN ({TERMINAL_SQL}) GROUP BY 1, 2"
 )
 COUNTER_WRITES = """

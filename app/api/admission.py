@@ -6,10 +6,13 @@ work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
   statement itself (``CREATE_ADMITTED`` in :mod:`app.db.queries`, used by
   :meth:`app.transitions.Transitions.create_many` with ``admission_cap``): the database
   function ``atlas_admission_count`` (migration ``e8f9a0b1c2d3``) takes a per-owner
-  advisory lock held to the end of the creating transaction, then counts the owner's
-  unfinished jobs with a snapshot taken after the lock was granted (at most the cap,
-  along ``ix_jobs_owner_active``: the same cost for ten jobs or ten million finished
-  ones, but growing with the owner's unfinished jobs); the jobs are written only when
+  advisory lock held to the end of the creating transaction, then reads the owner's
+  count of unfinished jobs with a snapshot taken after the lock was granted. The count
+  is the sum of the owner's rows of ``owner_backlog`` (migration ``c4d5e6f7a8b9``; at
+  most 16), kept exact by statement-level triggers on ``jobs`` in the writing
+  transaction itself: a primary-key range, the same for ten unfinished jobs or ten
+  thousand (before, the
+  function counted the jobs, a scan growing with the backlog); the jobs are written only when
   ``count + new <= cap``. Concurrent creations of one owner therefore cannot overshoot,
   and a creation without an Idempotency-Key is ONE statement in its own transaction
   (the lock ends with it). Refused, nothing is written and :func:`too_many_active`

@@ -85,11 +85,12 @@ SELECT {_CREATED} FROM created ORDER BY seq
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
 # app.api.admission): the batch (every job of one owner, :admit_owner) is created only
 # if the owner's unfinished jobs plus the batch stay within :admit_cap, else nothing is.
-# atlas_admission_count (migration e8f9a0b1c2d3) takes the owner's admission lock, held
-# to the end of the transaction, then counts (at most :admit_cap, along
-# ix_jobs_owner_active) with a snapshot taken after the lock was granted (a VOLATILE
-# function's queries each get a fresh one), so concurrent creations of one owner cannot
-# both take the last place -- also when this statement is its own transaction
+# atlas_admission_count (migrations e8f9a0b1c2d3, c4d5e6f7a8b9) takes the owner's
+# admission lock, held to the end of the transaction, then sums the owner's rows of
+# owner_backlog (the count of its unfinished jobs, kept exact by triggers on jobs; at
+# most :admit_cap is reported) with a snapshot taken after the lock was granted (a
+# VOLATILE function's queries each get a fresh one), so concurrent creations of one
+# owner cannot both take the last place -- also when this statement is its own transaction
 # (autocommit): the lock then ends with it. The count is one InitPlan, run before any
 # row is written. Answer: the created rows, each with the count; refused, ONE row with
 # ``id`` NULL and only ``admission_unfinished`` (the count).

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -321,6 +322,26 @@ idempotency_keys = Table(
     PrimaryKeyConstraint("owner", "key"),
 )
 Index("ix_idempotency_keys_job_id", idempotency_keys.c.job_id)
+
+# The per-owner count of unfinished jobs that admission reads (``owner_backlog``): kept
+# exact by statement-level triggers on ``jobs`` (migration c4d5e6f7a8b9), never written
+# by the application. Each owner's count is split over 16 slots (a job counts in the
+# slot its id's last byte picks) so that concurrent finishes of one owner's jobs rarely
+# wait for the same row; admission sums the owner's rows. With room on the page, updates
+# are HOT.
+BACKLOG_STORAGE = {"fillfactor": "50", **APPENDED_STORAGE}
+
+owner_backlog = Table(
+    "owner_backlog",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("unfinished", BigInteger, nullable=False),
+    PrimaryKeyConstraint("owner", "slot"),
+    CheckConstraint("unfinished >= 0", name="unfinished_not_negative"),
+    CheckConstraint("slot >= 0 AND slot < 16", name="slot_in_range"),
+    postgresql_with=BACKLOG_STORAGE,
+)
 
 api_keys = Table(
     "api_keys",

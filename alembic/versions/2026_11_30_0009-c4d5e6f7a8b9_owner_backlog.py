@@ -1,7 +1,7 @@
 """owner_backlog: the per-owner count of unfinished jobs, kept by triggers, read by admission
 
 Revision ID: c4d5e6f7a8b9
-Revises: d3c4d5e6f7a8
+Revises: f1a2b3c4d5e6
 Create Date: 2026-11-30 01:50:00.000000+00:00
 
 Admission (``atlas_admission_count``, revision e8f9a0b1c2d3) counted the owner's
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "c4d5e6f7a8b9"
-down_revision: str | None = "d3c4d5e6f7a8"
+down_revision: str | None = "f1a2b3c4d5e6"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -71,34 +71,32 @@ UPSERT = """
                                            AND d.slot = EXCLUDED.slot);
 """
 
-INSERTED = """
-CREATE FUNCTION atlas_backlog_jobs_inserted() RETURNS trigger
+
+def counting_function(name: str, deltas: str) -> str:
+    """A trigger function that applies ``deltas`` (rows of owner, slot, delta) with
+    :data:`UPSERT`."""
+    return f"""
+CREATE FUNCTION {name}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-{upsert}
+{UPSERT.format(deltas=deltas)}
     RETURN NULL;
 END
 $$
-""".format(
-    upsert=UPSERT.format(
-        deltas=f"SELECT n.owner, {slot('n')} AS slot, count(*) AS delta FROM new_rows AS n "
-        f"WHERE n.state NOT IN ({FINISHED}) GROUP BY 1, 2"
-    )
+"""
+
+
+INSERTED = counting_function(
+    "atlas_backlog_jobs_inserted",
+    f"SELECT n.owner, {slot('n')} AS slot, count(*) AS delta FROM new_rows AS n "
+    f"WHERE n.state NOT IN ({FINISHED}) GROUP BY 1, 2",
 )
 
 # Any update, even one that changed a job's owner (the application never does): the old
 # row's contribution leaves its owner, the new row's joins its owner.
-UPDATED = """
-CREATE FUNCTION atlas_backlog_jobs_updated() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-{upsert}
-    RETURN NULL;
-END
-$$
-""".format(
-    upsert=UPSERT.format(
-        deltas=f"""SELECT c.owner, {slot("o")} AS slot, sum(c.delta) AS delta
+UPDATED = counting_function(
+    "atlas_backlog_jobs_updated",
+    f"""SELECT c.owner, {slot("o")} AS slot, sum(c.delta) AS delta
                  FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
                  CROSS JOIN LATERAL (VALUES
                      (o.owner, CASE WHEN o.state NOT IN ({FINISHED}) THEN -1 ELSE 0 END),
@@ -106,23 +104,13 @@ $$
                  ) AS c (owner, delta)
                 WHERE (o.state IN ({FINISHED})) <> (n.state IN ({FINISHED}))
                    OR o.owner <> n.owner
-                GROUP BY 1, 2"""
-    )
+                GROUP BY 1, 2""",
 )
 
-DELETED = """
-CREATE FUNCTION atlas_backlog_jobs_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-{upsert}
-    RETURN NULL;
-END
-$$
-""".format(
-    upsert=UPSERT.format(
-        deltas=f"SELECT o.owner, {slot('o')} AS slot, -count(*) AS delta FROM old_rows AS o "
-        f"WHERE o.state NOT IN ({FINISHED}) GROUP BY 1, 2"
-    )
+DELETED = counting_function(
+    "atlas_backlog_jobs_deleted",
+    f"SELECT o.owner, {slot('o')} AS slot, -count(*) AS delta FROM old_rows AS o "
+    f"WHERE o.state NOT IN ({FINISHED}) GROUP BY 1, 2",
 )
 
 # TRUNCATE fires no DELETE trigger: it empties the counters with the jobs.

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
@@ -39,6 +39,38 @@ WAIT = 20.0
 assertion, only a guard against hanging."""
 
 T = TypeVar("T")
+
+CLAIM_PREFIX = "WITH picked AS"
+"""How every claim statement starts (``app.db.queries``: ``CLAIM``, ``CLAIM_TO_RUN``)."""
+
+
+def record_claims(engine: AsyncEngine) -> list[str]:
+    """The claim statements ``engine`` sends from now on, in order (a cursor event on it
+    for the engine's lifetime)."""
+    claims: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().startswith(CLAIM_PREFIX):
+            claims.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    return claims
+
+
+async def listening_workers(engine: AsyncEngine) -> int:
+    """Worker processes (or pools) whose LISTEN connection is up on this engine's database."""
+    async with engine.connect() as conn:
+        return int(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = 'atlas-listener' "
+                        "AND datname = current_database()"
+                    )
+                )
+            ).scalar_one()
+        )
 
 
 async def not_run(ctx: JobContext) -> PublishPlan:

@@ -13,11 +13,18 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import event, text
-
 from app.clock import Clock
 from app.settings import Settings
-from tests.workers.inprocess import KEY, LEASE, OTHER_KIND, Harness, bounded, until
+from tests.workers.inprocess import (
+    KEY,
+    LEASE,
+    OTHER_KIND,
+    Harness,
+    bounded,
+    listening_workers,
+    record_claims,
+    until,
+)
 from workers.context import JobContext
 from workers.handlers.base import NO_FILES, Handler, PublishPlan
 from workers.pool import WorkerPool
@@ -204,21 +211,6 @@ async def test_a_heartbeat_that_finds_the_lease_gone_stops_the_job_and_frees_its
     assert (row.state, row.current_attempt_id) == ("running", ctx.attempt_id)  # for the reaper
 
 
-async def _listening(harness: Harness) -> bool:
-    """The pool's LISTEN connection is up on this test's database."""
-    async with harness.engine.connect() as conn:
-        count = (
-            await conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE application_name = 'atlas-listener' "
-                    "AND datname = current_database()"
-                )
-            )
-        ).scalar_one()
-    return bool(count)
-
-
 async def test_a_notification_wakes_an_idle_pool_with_no_poll(
     harness: Harness, settings: Settings, database_url: str
 ) -> None:
@@ -232,17 +224,11 @@ async def test_a_notification_wakes_an_idle_pool_with_no_poll(
         return NO_FILES
 
     pool = _pool(quiet, database_url, harness.clock, {KEY: handler})
-    claims: list[str] = []
-
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if statement.lstrip().startswith("WITH picked AS"):
-            claims.append(statement)
-
-    event.listen(pool.engine.sync_engine, "before_cursor_execute", on_execute)
+    claims = record_claims(pool.engine)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:
-        await until(lambda: _listening(harness), bool)
+        await until(lambda: listening_workers(harness.engine), bool)
         await until(lambda: asyncio.sleep(0, len(claims)), lambda n: n >= 1)
         await asyncio.sleep(0.2)  # the claim after the listener's first wake, if any
         idle_claims = len(claims)
@@ -274,7 +260,7 @@ async def test_a_notification_that_arrives_during_a_claim_is_kept(
 
     async def claim_then_announce(*args: Any, **kwargs: Any) -> list[Any]:
         rows = await claim(*args, **kwargs)
-        if not rows and not announced and await _listening(harness):
+        if not rows and not announced and await listening_workers(harness.engine):
             # The claim found nothing; a job is created (and announced) before the
             # claim returns to the loop, and its notification is delivered meanwhile.
             announced.append(await harness.create())

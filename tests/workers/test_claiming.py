@@ -18,16 +18,11 @@ from app.db.schema import attempts, job_history, jobs
 from app.kinds import handler_key
 from app.lifecycle import JobState
 from app.transitions import Transitions
+from tests.workers.bulk import BULK_QUEUED
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually, wait_all_terminal
+from tests.workers.inprocess import listening_workers
 from workers.context import ClaimedJob
-
-BULK_QUEUED = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
-                  max_elapsed_seconds)
-SELECT 'bulk', :kind, 1, '{}'::jsonb, 'queued', 'new', 3, 600
-  FROM generate_series(1, :n)
-""")
 
 
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -140,7 +135,7 @@ async def test_four_processes_run_2000_noop_jobs_each_exactly_once(
         fleet.start(name, concurrency=8)
 
     await eventually(
-        lambda: _listening_workers(engine), lambda n: n == 4, timeout=60, what="4 listening workers"
+        lambda: listening_workers(engine), lambda n: n == 4, timeout=60, what="4 listening workers"
     )
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 2000})
@@ -211,7 +206,7 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
     notified = make_fleet(poll_interval_seconds=60.0)
     listener = notified.start("notified", concurrency=2)
     await eventually(
-        lambda: _listening_workers(engine), lambda n: n == 1, timeout=60, what="a listening worker"
+        lambda: listening_workers(engine), lambda n: n == 1, timeout=60, what="a listening worker"
     )
     async with engine.begin() as conn:  # announced: the trigger notifies atlas_work
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 1})
@@ -221,7 +216,7 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
     polling = make_fleet(poll_interval_seconds=1.0)
     polling.start("polling", concurrency=2)
     await eventually(
-        lambda: _listening_workers(engine), lambda n: n == 1, timeout=60, what="the polling worker"
+        lambda: listening_workers(engine), lambda n: n == 1, timeout=60, what="the polling worker"
     )
     async with engine.begin() as conn:  # silent: this insert sends no notification
         await conn.execute(text("ALTER TABLE jobs DISABLE TRIGGER jobs_notify_inserted"))
@@ -229,22 +224,6 @@ async def test_new_work_wakes_an_idle_worker_and_a_lost_notification_only_delays
         await conn.execute(text("ALTER TABLE jobs ENABLE TRIGGER jobs_notify_inserted"))
     await eventually(succeeded, lambda n: n == 2, timeout=30, what="the unannounced job")
     assert await _publishers(engine) == {"worker:notified", "worker:polling"}
-
-
-async def _listening_workers(engine: AsyncEngine) -> int:
-    """Worker processes whose LISTEN connection is up on this test's database."""
-    async with engine.connect() as conn:
-        return int(
-            (
-                await conn.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE application_name = 'atlas-listener' "
-                        "AND datname = current_database()"
-                    )
-                )
-            ).scalar_one()
-        )
 
 
 async def _publishers(engine: AsyncEngine) -> set[str]:

@@ -26,20 +26,8 @@ from app.db.engine import WORKER_SESSION_SETTINGS, create_engine, libpq_url, sin
 from app.db.queries import CLAIM, EXPIRED_LEASES, EXPIRED_RESULTS, EXPIRED_WAITS, PRUNE_FINISHED
 from app.kinds import handler_key
 from app.transitions import Transitions
+from tests.workers.bulk import BULK_FINISHED, BULK_QUEUED
 
-QUEUED = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
-                  max_elapsed_seconds)
-SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'queued', 'new', 3, 600
-  FROM generate_series(1, :n)
-""")
-FINISHED = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
-                  max_elapsed_seconds, finished_at, error, delivery_state)
-SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
-       now() - make_interval(secs => g), '{"code": "x"}'::jsonb, 'none'
-  FROM generate_series(1, :n) AS g
-""")
 PLANS = text("""
 SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :prefix
 """)
@@ -57,8 +45,8 @@ ARGUMENTS: dict[str, str] = {
 @pytest.fixture
 async def large_queue(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
-        await conn.execute(QUEUED, {"n": 50_000})
-        await conn.execute(FINISHED, {"n": 5_000})
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 50_000})
+        await conn.execute(BULK_FINISHED, {"n": 5_000})
         await conn.execute(text("ANALYZE jobs"))
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import event
 from app.clock import Clock
 from app.settings import Settings
 from app.transitions import Actor
-from tests.workers.inprocess import KEY, LEASE, Harness, bounded, until
+from tests.workers.inprocess import KEY, LEASE, Harness, bounded, record_claims, until
 from workers.context import JobContext
 from workers.handlers.base import NO_FILES, Handler, PublishPlan
 from workers.pool import WorkerPool
@@ -304,13 +304,7 @@ async def test_a_job_arriving_alone_costs_one_claim_not_a_second_empty_one(
     gate = Gate()
     first = await harness.create()
     pool = _pool(settings, database_url, harness.clock, {KEY: gate}, concurrency=1, prefetch=4)
-    claims: list[str] = []
-
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if statement.lstrip().startswith("WITH picked AS"):
-            claims.append(statement)
-
-    event.listen(pool.engine.sync_engine, "before_cursor_execute", on_execute)
+    claims = record_claims(pool.engine)
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:

@@ -19,6 +19,7 @@ from app.settings import Settings
 from app.storage import FilesystemStore
 from app.transitions import Actor, Transitions
 from tests.factory import JobFactory
+from tests.workers.bulk import BULK_FINISHED, BULK_QUEUED
 from tests.workers.inprocess import KEY, Harness, bounded, until
 from workers.context import JobContext
 from workers.errors import PermanentError
@@ -253,21 +254,6 @@ async def test_pruning_beside_a_working_pool_takes_only_finished_jobs_and_never_
         assert [m[0] for m in await harness.moves(job_id)] == ["create", "claim", "publish"]
 
 
-FINISHED_BULK = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
-                  max_elapsed_seconds, finished_at, error, delivery_state)
-SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
-       now() - make_interval(secs => g), '{"code": "x"}'::jsonb, 'none'
-  FROM generate_series(1, :n) AS g
-""")
-QUEUED_BULK = text("""
-INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
-                  max_elapsed_seconds)
-SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'queued', 'new', 3, 600
-  FROM generate_series(1, :n)
-""")
-
-
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     nodes = [plan]
     for child in plan.get("Plans", []):
@@ -280,8 +266,8 @@ async def test_the_pruning_statement_walks_its_partial_index(engine: AsyncEngine
     is not in it) and stops at LIMIT: no sequential scan, no sort of every prunable row,
     and the DELETE finds its rows by primary key."""
     async with engine.begin() as conn:
-        await conn.execute(QUEUED_BULK, {"n": 20_000})
-        await conn.execute(FINISHED_BULK, {"n": 2_000})
+        await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 20_000})
+        await conn.execute(BULK_FINISHED, {"n": 2_000})
         await conn.execute(text("ANALYZE jobs"))
     async with engine.connect() as conn:
         explained = (

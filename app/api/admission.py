@@ -11,12 +11,11 @@ work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
   is the sum of the owner's rows of ``owner_backlog`` (migration ``c4d5e6f7a8b9``; at
   most 16), kept exact by statement-level triggers on ``jobs`` in the writing
   transaction itself: a primary-key range, the same for ten unfinished jobs or ten
-  thousand (before, the
-  function counted the jobs, a scan growing with the backlog); the jobs are written only when
-  ``count + new <= cap``. Concurrent creations of one owner therefore cannot overshoot,
-  and a creation without an Idempotency-Key is ONE statement in its own transaction
-  (the lock ends with it). Refused, nothing is written and :func:`too_many_active`
-  builds the 429.
+  thousand (before, the function counted the jobs, a scan growing with the backlog);
+  the jobs are written only when ``count + new <= cap``. Concurrent creations of one
+  owner therefore cannot overshoot, and a creation without an Idempotency-Key is ONE
+  statement in its own transaction (the lock ends with it). Refused, nothing is written
+  and :func:`too_many_active` builds the 429.
 * Globally, by queue age: while the oldest *claimable* job has waited longer than
   ``admission_max_queue_age_seconds``, workers are not keeping up (503). The age is the
   first entry of ``ix_jobs_claimable``.

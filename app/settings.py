@@ -92,6 +92,21 @@ class Settings(BaseSettings):
         gt=0,
         description="How often each worker process's sweeper looks for an index to rebuild.",
     )
+    vacuum_dead_rows: int = Field(
+        default=50_000,
+        ge=0,
+        description=(
+            "The sweeper runs VACUUM on jobs, job_history or attempts (one worker process at "
+            "a time) once the table holds this many dead row versions, instead of waiting "
+            "for autovacuum's next visit (autovacuum_naptime): under a fast churn the "
+            "tables then hold this many dead versions, not a naptime's worth. 0 turns it off."
+        ),
+    )
+    vacuum_check_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often each worker process's sweeper looks at the dead row counts.",
+    )
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     startup_wait_seconds: float = Field(
         default=30.0,

@@ -86,6 +86,7 @@ from workers.reindexer import MIB, Reindexer
 from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
+from workers.vacuumer import Vacuumer
 from workers.wakeup import Flag, wait_any
 from workers.webhook_sender import RenderStatus, WebhookSender
 
@@ -198,6 +199,15 @@ class WorkerPool:
                 )
                 if settings.index_rebuild_min_mb > 0
                 else "off"
+            ),
+            vacuumer=(
+                Vacuumer(
+                    self.engine,
+                    dead_rows=settings.vacuum_dead_rows,
+                    check_seconds=settings.vacuum_check_seconds,
+                )
+                if settings.vacuum_dead_rows > 0
+                else None
             ),
         )
         self.scheduler = Scheduler(self.engine, self.transitions)

@@ -12,6 +12,9 @@
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
 * Then finished jobs past their retention are pruned (:mod:`workers.pruner`), so the
   tables hold live work and recent history, not every job ever run.
+* Then, at most every few seconds, a hot table holding many dead row versions is
+  vacuumed without waiting for autovacuum's next visit (:mod:`workers.vacuumer`; one
+  worker process at a time).
 * Last, at most every few minutes, an index of ``jobs`` that outgrew the table's rows
   (a drained backlog leaves B-trees at their peak size) is rebuilt concurrently
   (:mod:`workers.reindexer`; one worker process at a time).
@@ -35,6 +38,7 @@ from app.storage import ResultStore
 from app.transitions import Applied, Transitions
 from workers.pruner import Pruner
 from workers.reindexer import Reindexer
+from workers.vacuumer import Vacuumer
 
 log = get_logger("atlas.worker.sweeper")
 
@@ -46,6 +50,7 @@ class SweepReport:
     deadlines: int = 0
     pruned: int = 0
     reindexed: int = 0
+    vacuumed: int = 0
 
 
 class Sweeper:
@@ -58,6 +63,7 @@ class Sweeper:
         batch_size: int = 500,
         pruner: Pruner | None = None,
         reindexer: Reindexer | Literal["off"] | None = None,
+        vacuumer: Vacuumer | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
@@ -68,6 +74,8 @@ class Sweeper:
         self.reindexer = (
             None if reindexer == "off" else reindexer if reindexer else Reindexer(engine)
         )
+        self.vacuumer = vacuumer
+        """None: autovacuum alone (ATLAS_VACUUM_DEAD_ROWS=0, or a sweeper built bare)."""
 
     async def run_once(self) -> SweepReport:
         expired = 0
@@ -85,6 +93,7 @@ class Sweeper:
         await self._remove_unreferenced_published()  # issue 8: a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
+        vacuumed = len(await self.vacuumer.run_if_due()) if self.vacuumer else 0
         reindexed = len(await self.reindexer.run_if_due()) if self.reindexer else 0
         return SweepReport(
             expired=expired,
@@ -92,6 +101,7 @@ class Sweeper:
             deadlines=deadlines,
             pruned=pruned,
             reindexed=reindexed,
+            vacuumed=vacuumed,
         )
 
     async def _deadline_batch(self) -> tuple[int, int]:

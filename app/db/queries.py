@@ -429,6 +429,19 @@ async def remember_idempotency_keys(
 # -- index upkeep of jobs (workers.reindexer) ----------------------------------------------
 # One worker process at a time rebuilds: a session-level advisory lock on the reindexer's
 # own connection (try-only: another process already at it means nothing to do here).
+# vacuum: the hot tables with at least :dead_rows dead row versions (the statistics'
+# count, reported by every backend within a second of its writes), most dead first, for
+# workers.vacuumer; one process at a time, under its own session-level advisory lock.
+VACUUM_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended('atlas.vacuum.hot', 0))")
+VACUUM_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('atlas.vacuum.hot', 0))")
+DEAD_ROWS = text("""
+SELECT relname AS name, n_dead_tup AS dead
+  FROM pg_stat_user_tables
+ WHERE relid IN (to_regclass('jobs'), to_regclass('job_history'), to_regclass('attempts'))
+   AND n_dead_tup >= :dead_rows
+ ORDER BY n_dead_tup DESC
+""")
+
 REINDEX_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended('atlas.reindex.jobs', 0))")
 REINDEX_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('atlas.reindex.jobs', 0))")
 

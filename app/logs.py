@@ -29,7 +29,11 @@ def configure_logging(settings: Settings) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # ONE write per line (message and newline together): processes sharing a stderr
+        # (serve: the API and its workers) cannot interleave within a line, also when it
+        # is unbuffered (PYTHONUNBUFFERED, usual in containers), where print() would
+        # write the message and its newline in two calls.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     # Libraries log through the standard library (uvicorn, asyncio, SQLAlchemy): their

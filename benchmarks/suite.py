@@ -29,7 +29,8 @@ role must be allowed to create databases):
     throughput is the peer harness's measurement, not this one's). Beside it a real
     ``WorkerPool``'s own sweeper runs every second: it expires results after
     ``BENCH_CHURN_RETENTION_SECONDS``, its pruner deletes finished jobs (with their
-    history and attempts) the same time later, and its reindexer looks for bloated
+    history and attempts) the same time later, its vacuumer vacuums a table past
+    ``ATLAS_VACUUM_DEAD_ROWS`` dead versions, and its reindexer looks for bloated
     indexes of ``jobs``. So the tables hold the retention window plus what vacuum has
     not reclaimed yet, under a steady churn (creation keeps pace with the drain: no
     backlog builds up, unlike the pool-driven churn before, which enqueued a whole

@@ -33,7 +33,6 @@ sweepers go on meanwhile).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -47,6 +46,7 @@ from app.db.queries import (
     REINDEX_UNLOCK,
 )
 from app.logs import get_logger
+from workers.interval import Interval
 
 log = get_logger("atlas.worker.reindexer")
 
@@ -74,15 +74,11 @@ class Reindexer:
         self.min_bytes = min_bytes
         self.bytes_per_row = bytes_per_row
         self.check_seconds = check_seconds
-        self._due = 0.0
+        self._interval = Interval(check_seconds)
 
     async def run_if_due(self) -> list[Rebuilt]:
         """:meth:`run_once` when ``check_seconds`` passed since the last look."""
-        now = time.monotonic()
-        if now < self._due:
-            return []
-        self._due = now + self.check_seconds
-        return await self.run_once()
+        return await self.run_once() if self._interval.due() else []
 
     async def run_once(self) -> list[Rebuilt]:
         """Rebuild every bloated index of ``jobs`` now (nothing if another process holds

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import single_statements
 from app.db.queries import DEAD_ROWS, VACUUM_LOCK, VACUUM_UNLOCK
 from app.logs import get_logger
+from workers.interval import Interval
 
 log = get_logger("atlas.worker.vacuumer")
 
@@ -50,15 +51,11 @@ class Vacuumer:
         self.engine = single_statements(engine)
         self.dead_rows = dead_rows
         self.check_seconds = check_seconds
-        self._due = 0.0
+        self._interval = Interval(check_seconds)
 
     async def run_if_due(self) -> list[str]:
         """:meth:`run_once` when ``check_seconds`` passed since the last look."""
-        now = time.monotonic()
-        if now < self._due:
-            return []
-        self._due = now + self.check_seconds
-        return await self.run_once()
+        return await self.run_once() if self._interval.due() else []
 
     async def run_once(self) -> list[str]:
         """VACUUM every hot table with at least ``dead_rows`` dead versions now; the

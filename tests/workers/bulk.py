@@ -1,9 +1,23 @@
-"""Jobs written straight into ``jobs`` in bulk, for tests that need a large table fast
-(plans, pruning): one ``INSERT ... SELECT`` each, ids from the column default."""
+"""Jobs in bulk for tests that need a large table fast (plans, pruning, maintenance):
+``INSERT ... SELECT`` straight into ``jobs`` (ids from the column default), or one new
+job to create many of through the real creation path."""
 
 from __future__ import annotations
 
 from sqlalchemy import text
+
+from app.transitions import Actor, NewJob
+
+PRODUCER = Actor("client", "acme")
+NOOP = NewJob(
+    owner="acme",
+    kind="atlas.noop",
+    kind_version=1,
+    input={},
+    max_attempts=3,
+    max_elapsed_seconds=3600,
+)
+"""One ``atlas.noop`` job of owner ``acme``, for ``create_many(conn, [NOOP] * n, ...)``."""
 
 BULK_QUEUED = text("""
 INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,

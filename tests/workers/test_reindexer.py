@@ -11,14 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import single_statements
 from app.settings import Settings
 from app.storage import FilesystemStore
-from app.transitions import Actor, NewJob, Transitions
+from app.transitions import Transitions
+from tests.workers.bulk import NOOP, PRODUCER
 from workers.pool import WorkerPool
 from workers.reindexer import Reindexer
 from workers.sweeper import Sweeper
 
 BACKLOG = 20_000
 KEPT = 100
-PRODUCER = Actor("client", "acme")
 SMALL = {"min_bytes": 64 * 1024, "bytes_per_row": 512}  # 100 rows: bound 64 KiB
 
 INDEXES = text("""
@@ -36,16 +36,8 @@ async def _indexes(engine: AsyncEngine) -> dict[str, tuple[int, bool]]:
 async def _drained_backlog(engine: AsyncEngine, transitions: Transitions, kept: int) -> None:
     """A backlog of BACKLOG queued jobs, all but ``kept`` gone again, then VACUUM: the
     indexes keep the backlog's size (a B-tree never shrinks)."""
-    new = NewJob(
-        owner="acme",
-        kind="atlas.noop",
-        kind_version=1,
-        input={},
-        max_attempts=3,
-        max_elapsed_seconds=3600,
-    )
     async with engine.begin() as conn:
-        await transitions.create_many(conn, [new] * BACKLOG, actor=PRODUCER)
+        await transitions.create_many(conn, [NOOP] * BACKLOG, actor=PRODUCER)
         # With their history, as the pruner deletes (job_history has no foreign key).
         await conn.execute(
             text(

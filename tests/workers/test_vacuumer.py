@@ -10,13 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import single_statements
 from app.settings import Settings
 from app.storage import FilesystemStore
-from app.transitions import Actor, NewJob, Transitions
+from app.transitions import Transitions
+from tests.workers.bulk import NOOP, PRODUCER
 from tests.workers.dbwait import eventually
 from workers.pool import WorkerPool
 from workers.sweeper import Sweeper
 from workers.vacuumer import Vacuumer
 
-PRODUCER = Actor("client", "acme")
 CHURNED = 400
 STATS = text("""
 SELECT relname AS name, n_dead_tup AS dead, vacuum_count AS vacuums
@@ -35,16 +35,8 @@ async def _churned(engine: AsyncEngine, transitions: Transitions) -> dict[str, t
     """CHURNED jobs created and updated twice (dead versions in ``jobs``: the updated
     column is indexed, so no update is HOT), then the statistics once they report at
     least CHURNED dead versions."""
-    new = NewJob(
-        owner="acme",
-        kind="atlas.noop",
-        kind_version=1,
-        input={},
-        max_attempts=3,
-        max_elapsed_seconds=3600,
-    )
     async with engine.begin() as conn:
-        await transitions.create_many(conn, [new] * CHURNED, actor=PRODUCER)
+        await transitions.create_many(conn, [NOOP] * CHURNED, actor=PRODUCER)
     for _ in range(2):
         async with engine.begin() as conn:
             await conn.execute(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 from collections.abc import Iterator
 
@@ -32,9 +33,15 @@ class Calls(io.StringIO):
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
+    """The logging configuration exactly as it was (level, renderer, stream, handlers):
+    tests after this one in the same process read the logs as configured for them."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
-    structlog.reset_defaults()
-    configure_logging(Settings())  # back to the real stderr for the tests after this one
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.mark.usefixtures("restore_logging")

@@ -64,8 +64,9 @@ class Snapshot:
 async def read_snapshot(
     conn: AsyncConnection, job_id: uuid.UUID, clock: Clock, previous: Snapshot | None
 ) -> Snapshot:
-    """The job, then its stages and the history it gained since ``previous`` (the job
-    first: the history read then sees at least every row the job row reflects)."""
+    """The job, its stages and the history it gained since ``previous``, read on
+    ``conn`` in one snapshot (the caller's ``REPEATABLE READ`` transaction), so the
+    history ends exactly at the transition the job row shows."""
     job = await reads.get_job(conn, job_id, owner=None, now=clock.now())
     stages = tuple(await reads.plan_stages(conn, job)) if job is not None else ()
     if job is None:  # unknown (or deleted): nothing to follow

@@ -34,7 +34,8 @@ async def test_a_transition_committed_during_a_feed_read_waits_for_the_next_read
     attempt = await driver.claim(job_id)
     feeds: FeedHub = app.state.atlas.feeds
     before = await feeds.read(job_id, None)
-    assert before.job is not None and before.job.state == "running"
+    assert before.job is not None
+    assert before.job.state == "running"
 
     plan_stages = reads.plan_stages
     published: list[bool] = []
@@ -48,9 +49,11 @@ async def test_a_transition_committed_during_a_feed_read_waits_for_the_next_read
     monkeypatch.setattr(reads, "plan_stages", publish_then_read)
     during = await feeds.read(job_id, before)
     assert published
-    assert during.job is not None and during.job.state == "running"
+    assert during.job is not None
+    assert during.job.state == "running"
     assert [row.to_state for row in during.history] == ["queued", "running"]
 
     after = await feeds.read(job_id, during)
-    assert after.job is not None and after.job.state == "succeeded"
+    assert after.job is not None
+    assert after.job.state == "succeeded"
     assert [row.to_state for row in after.history] == ["queued", "running", "succeeded"]

@@ -4,7 +4,7 @@ the one mapping of a refused move (:class:`~app.transitions.Rejected`) to its pr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,10 +45,17 @@ async def read_status(
     conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
 ) -> tuple[Any, JobPublic]:
     """The job row and its status body; 404 for unknown *and* for not-yours."""
-    job = await reads.get_job(conn, job_id, owner=owner, now=(clock or Clock()).now())
+    now = (clock or Clock()).now()
+
+    async def read_job() -> Any:
+        return await reads.get_job(conn, job_id, owner=owner, now=now)
+
+    job = await read_job()
     if job is None:
         raise JobNotFoundError()
-    return job, await public_status(conn, job)
+    job, public = await _same_version_status(conn, job, read_job, if_none_match=None)
+    assert public is not None
+    return job, public
 
 
 async def read_status_once(
@@ -71,12 +78,44 @@ async def read_status_unless_current(
     ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
     not read and nothing is built (one statement)."""
     async with connections.connect() as conn:
-        job = await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
+
+        async def read_job() -> Any:
+            return await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
+
+        job = await read_job()
         if job is None:
             raise JobNotFoundError()
         if etag_matches(if_none_match, job.version):
             return job, None
-        return job, await public_status(conn, job)
+        return await _same_version_status(conn, job, read_job, if_none_match=if_none_match)
+
+
+READ_TRIES = 3
+"""Reads of a planned job's stages before the newest pair is answered as it is: a job
+changes far less often than three times within one status read."""
+
+
+async def _same_version_status(
+    conn: AsyncConnection,
+    job: Any,
+    read_job: Callable[[], Awaitable[Any]],
+    *,
+    if_none_match: str | None,
+) -> tuple[Any, JobPublic | None]:
+    """The status body of ``job`` from stages read at the same version of the job: when a
+    change committed between the job's statement and the stages' (no snapshot spans them
+    on an autocommit read), the job is read again. ``None`` for the body when the row
+    read again matches ``If-None-Match``; 404 when it is gone."""
+    for _ in range(READ_TRIES):
+        stages = await reads.plan_stages_of_version(conn, job)
+        if stages is not None:
+            return job, job_status(job, stages)
+        job = await read_job()
+        if job is None:
+            raise JobNotFoundError()
+        if etag_matches(if_none_match, job.version):
+            return job, None
+    return job, await public_status(conn, job)
 
 
 def status_headers(job: Any, *, now: datetime | None = None) -> dict[str, str]:

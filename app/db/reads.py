@@ -194,6 +194,29 @@ async def plan_stages(conn: AsyncConnection, job: Any) -> list[Row[Any]]:
     return (await stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
 
 
+_STAGES_WITH_VERSION = (
+    select(job_stages, jobs.c.version.label("job_version"))
+    .join(jobs, jobs.c.id == job_stages.c.job_id)
+    .where(job_stages.c.job_id == bindparam("job_id"))
+    .order_by(job_stages.c.position)
+)
+
+
+async def plan_stages_of_version(conn: AsyncConnection, job: Any) -> list[Row[Any]] | None:
+    """:func:`plan_stages`, or ``None`` when the job is no longer at ``job.version``.
+
+    Outside one snapshot (autocommit, read committed) the stages are read by a statement
+    after the job's: a change committed in between (progress, a plan expansion) would
+    pair the job row of one version with the stages of the next. Each stage row carries
+    the job's version as this statement saw it, so the caller can tell and read again."""
+    if not job.plan_revision:
+        return []
+    rows = list((await conn.execute(_STAGES_WITH_VERSION, {"job_id": job.id})).all())
+    if rows and rows[0].job_version != job.version:
+        return None
+    return rows
+
+
 async def migration_heads(conn: AsyncConnection) -> set[str]:
     """The alembic revisions the database is at."""
     rows = await conn.execute(text("SELECT version_num FROM alembic_version"))

@@ -39,6 +39,7 @@ from app.api.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
 from app.api.watch_caps import WatcherCaps
 from app.clock import Clock
 from app.db import reads
+from app.db.engine import one_snapshot
 from app.db.listen import DEFAULT_BACKOFF, Backoff
 from app.logs import get_logger
 
@@ -229,13 +230,12 @@ class FeedHub:
 
     async def read(self, job_id: uuid.UUID, previous: Snapshot | None) -> Snapshot:
         """One feed refresh, within a read slot, on a short-lived connection, in one
-        snapshot (``REPEATABLE READ``): read committed would let the history read see a
-        transition committed after the job read, and a stream would then send that
-        transition while the job it shows is still in the state before it."""
-        async with self._slots, self.engine.connect() as conn:
+        snapshot: read committed would let the history read see a transition committed
+        after the job read, and a stream would then send that transition while the job
+        it shows is still in the state before it."""
+        async with self._slots, one_snapshot(self.engine) as conn:
             self.reads += 1
-            consistent = await conn.execution_options(isolation_level="REPEATABLE READ")
-            return await read_snapshot(consistent, job_id, self.clock, previous)
+            return await read_snapshot(conn, job_id, self.clock, previous)
 
     async def history_page(self, job_id: uuid.UUID, after_seq: int) -> list[Row[Any]]:
         """Up to :data:`HISTORY_PAGE` history rows after ``after_seq``, within a read slot

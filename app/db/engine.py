@@ -218,6 +218,17 @@ class AutocommitConnections:
             yield conn
 
 
+@asynccontextmanager
+async def one_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A short-lived connection whose statements all read one snapshot (a ``REPEATABLE
+    READ`` transaction, rolled back at the end): for a read of several statements --
+    the job, its stages, its history -- that must show one version of the job. Under
+    read committed a change committed between two of them pairs a job row with the
+    history or stages of the next version."""
+    async with engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="REPEATABLE READ")
+
+
 WORKER_SESSION_SETTINGS: dict[str, str] = {
     # The claim walks ix_jobs_claimable in (available_at, seq) order and stops after
     # LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next

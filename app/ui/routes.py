@@ -28,6 +28,7 @@ from app.api.state import ApiState
 from app.api.views import effective_delivery, history_item, job_status, result_files
 from app.apikeys import authenticate, hash_key, key_fingerprint
 from app.db import reads
+from app.db.engine import one_snapshot
 from app.lifecycle import ALL_STATES, DeliveryState, JobState
 from app.ui.auth import (
     CSRF_FIELD,
@@ -273,7 +274,7 @@ def files_for(state: ApiState, job: Any, viewer: Viewer) -> list[ResultFile]:
 
 
 async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobView:
-    async with state.reads.connect() as conn:
+    async with one_snapshot(state.engine) as conn:  # the status and history agree
         job = await reads.get_job(
             conn, job_id, owner=visible_owner(viewer.principal), now=state.clock.now()
         )

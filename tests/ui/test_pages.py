@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.apikeys import list_keys, revoke_key
+from app.db import reads
 from app.presentation import Observation, present
 from app.ui.session import COOKIE_NAME
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
@@ -252,6 +254,39 @@ async def test_the_page_shows_the_presentation_label_stages_and_history(
         assert job_id not in (await http.get("/ui/jobs?state=queued")).text
         bad = await http.get("/ui/jobs?state=bogus")
         assert bad.status_code == 422
+
+
+async def test_the_page_shows_one_version_of_the_job_and_its_history(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A publication committed between the page's job read and its history read is
+    shown by the next page, not half by this one."""
+    job_id = uuid.UUID(await create_job(client, keys.alice))
+    attempt = await driver.claim(job_id)
+    history_tail = reads.history_tail
+    published: list[bool] = []
+
+    async def publish_then_read(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        if not published:
+            await driver.publish(job_id, attempt, "alice", {"bundle.zip": b"zip"})
+            published.append(True)
+        return await history_tail(conn, *args, **kwargs)
+
+    async with browser(app) as http:
+        await log_in(http, keys.alice)
+        monkeypatch.setattr(reads, "history_tail", publish_then_read)
+        page = await http.get(f"/ui/jobs/{job_id}")
+        assert published
+        assert 'data-testid="state">running<' in page.text
+        assert "<td>succeeded</td>" not in page.text
+        monkeypatch.undo()
+        page = await http.get(f"/ui/jobs/{job_id}")
+        assert 'data-testid="state">succeeded<' in page.text
+        assert "<td>succeeded</td>" in page.text
 
 
 async def test_everything_shown_is_escaped(

@@ -101,7 +101,7 @@ async def test_the_keyed_creation_binds_scalars(
     assert created.job.idempotency_key == "k-1"
 
 
-async def test_an_insert_runs_one_trigger_function(
+async def test_an_insert_runs_one_trigger_function_once(
     engine: AsyncEngine, transitions: Transitions
 ) -> None:
     async with engine.begin() as conn:
@@ -110,7 +110,39 @@ async def test_an_insert_runs_one_trigger_function(
         called = {
             row.funcname: row.calls
             for row in await conn.execute(
-                text("SELECT funcname, calls FROM pg_stat_xact_user_functions")
+                text(
+                    "SELECT s.funcname, s.calls FROM pg_stat_xact_user_functions AS s"
+                    " JOIN pg_proc AS p ON p.oid = s.funcid"
+                    " WHERE p.prorettype = CAST('trigger' AS regtype)"
+                )
             )
         }
     assert called == {"atlas_jobs_inserted": 1}
+
+
+async def test_the_state_reason_rule_is_one_call_of_a_plpgsql_function(
+    engine: AsyncEngine,
+) -> None:
+    """PostgreSQL re-reads and re-plans every CHECK of ``jobs`` on each statement that
+    writes it; the rule's ~10 kB inline form is a function call, planned once per
+    session (its meaning: tests/integration/test_vocabulary.py)."""
+    async with engine.connect() as conn:
+        definition = (
+            await conn.execute(
+                text(
+                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                    " WHERE conname = 'ck_jobs_reason_matches_state'"
+                )
+            )
+        ).scalar_one()
+        language, volatility = (
+            await conn.execute(
+                text(
+                    "SELECT l.lanname, CAST(p.provolatile AS text) FROM pg_proc AS p"
+                    " JOIN pg_language AS l ON l.oid = p.prolang"
+                    " WHERE p.proname = 'atlas_reason_fits'"
+                )
+            )
+        ).one()
+    assert definition == "CHECK (atlas_reason_fits(state, reason))"
+    assert (language, volatility) == ("plpgsql", "i")

@@ -7,13 +7,14 @@ value or combination the lifecycle does not allow, even from a buggy writer.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import (
-    DDL,
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
+    Connection,
     DateTime,
     ForeignKey,
     Identity,
@@ -89,7 +90,13 @@ BEGIN
 END
 $$
 """
-event.listen(metadata, "before_create", DDL(REASON_FITS_FUNCTION))
+
+
+def _create_reason_fits(_metadata: MetaData, connection: Connection, **_kw: Any) -> None:
+    connection.exec_driver_sql(REASON_FITS_FUNCTION)
+
+
+event.listen(metadata, "before_create", _create_reason_fits)
 
 
 # Storage parameters of the tables that churn (PGQueuer's ``pgq autovac``, Oban's

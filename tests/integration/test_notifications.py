@@ -3,9 +3,9 @@
 ``atlas_job_changed`` carries the job id on every version bump (status readers holding
 ``Prefer: wait`` wake up), not on a creation: no reader can be watching a job before it
 exists (revision d0e1f2a3b4c5); ``atlas_work`` carries the kind whenever a job becomes
-queued, created so or moved back (idle workers wake up). Heartbeats do not bump the version and must stay
-silent. Notifications arrive in commit order, so a later change is a sentinel: once it
-has arrived, everything before it has too.
+queued, created so or moved back (idle workers wake up). Heartbeats do not bump the
+version and must stay silent. Notifications arrive in commit order, so a later change
+is a sentinel: once it has arrived, everything before it has too.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import Boolean, Integer, column, text
+from sqlalchemy import Boolean, Integer, TextualSelect, column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import NOW_SQL
@@ -40,18 +41,37 @@ _CR = JobState.CANCEL_REQUESTED.value
 _NOW = NOW_SQL
 
 # create: new jobs (queued, reason new) and their history rows in ONE statement, for one
-# job or a batch. Ids come from the caller so the history rows join on them.
-_CREATION_INPUT = """
+# job or a batch. Ids come from the caller so the history rows join on them. Each
+# statement comes in two shapes, chosen by the caller (app.transitions.requests): a batch
+# binds one array per field (``unnest ... WITH ORDINALITY``, rows in batch order); ONE job
+# binds scalars -- no arrays to encode in the client (asyncpg checks every element) or to
+# parse and unnest in the server, no sort. ``_CREATION_FIELDS`` are the bound fields, in
+# the order of the input's columns; ``:p_<field>`` is bound to a value or an array of them.
+_CREATION_FIELDS: tuple[tuple[str, str], ...] = (
+    ("id", "uuid"),
+    ("owner", "text"),
+    ("kind", "text"),
+    ("kind_version", "int"),
+    ("input", "jsonb"),
+    ("max_attempts", "int"),
+    ("max_elapsed_seconds", "int"),
+    ("request_id", "text"),
+    ("idempotency_key", "text"),
+    ("replay_of", "uuid"),
+    ("data", "jsonb"),
+)
+_BATCH_INPUT = f"""
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]),
-                  CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]),
-                  CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]),
-                  CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]),
-                  CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]))
+      FROM unnest({", ".join(f"CAST(:p_{n} AS {t}[])" for n, t in _CREATION_FIELDS)})
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds,
-                request_id, idempotency_key, replay_of, data, ord)"""
-_CREATION_WRITES = f"""
+           AS i({", ".join(n for n, _ in _CREATION_FIELDS)}, ord)"""
+_ONE_INPUT = f"""
+    SELECT {", ".join(f"CAST(:p_{n} AS {t}) AS {n}" for n, t in _CREATION_FIELDS)}"""
+
+
+def _creation_writes(*, one: bool) -> str:
+    in_order = "" if one else "\n     ORDER BY ord"
+    return f"""
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
@@ -59,8 +79,7 @@ created AS (
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
            max_attempts, max_elapsed_seconds, {_NOW}, {_NOW}, {_NOW}, {_NOW}, request_id,
            idempotency_key, replay_of
-      FROM input
-     ORDER BY ord
+      FROM input{in_order}
  RETURNING *, {_NOW} AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
@@ -69,6 +88,8 @@ created AS (
            '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
       FROM input AS i
 )"""
+
+
 # The creation statements answer with typed columns (``TextClause.columns``): SQLAlchemy
 # then builds the result's metadata once, with the compiled statement, instead of merging
 # the cursor's description of ~40 untyped columns into new metadata on every execution
@@ -76,11 +97,27 @@ created AS (
 # spells them out in this order.
 _CREATED_COLUMNS = (*jobs.c, column("observed_at", TZ))
 _CREATED = ", ".join(f"created.{c.name}" for c in _CREATED_COLUMNS)
-CREATE = text(f"""
-WITH input AS ({_CREATION_INPUT}
-), {_CREATION_WRITES}
-SELECT {_CREATED} FROM created ORDER BY seq
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """One creation statement in its two shapes: ``one`` binds one job's fields as
+    scalars, ``batch`` as arrays (see ``_CREATION_FIELDS``)."""
+
+    one: TextualSelect
+    batch: TextualSelect
+
+
+def _create(*, one: bool) -> TextualSelect:
+    return text(f"""
+WITH input AS ({_ONE_INPUT if one else _BATCH_INPUT}
+), {_creation_writes(one=one)}
+SELECT {_CREATED} FROM created{"" if one else " ORDER BY seq"}
 """).columns(*_CREATED_COLUMNS)
+
+
+CREATE = Creation(one=_create(one=True), batch=_create(one=False))
+
 
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
 # app.api.admission): the batch (every job of one owner, :admit_owner) is created only
@@ -94,18 +131,26 @@ SELECT {_CREATED} FROM created ORDER BY seq
 # (autocommit): the lock then ends with it. The count is one InitPlan, run before any
 # row is written. Answer: the created rows, each with the count; refused, ONE row with
 # ``id`` NULL and only ``admission_unfinished`` (the count).
-CREATE_ADMITTED = text(f"""
+def _create_admitted(*, one: bool) -> TextualSelect:
+    size = "1" if one else "cardinality(CAST(:p_id AS uuid[]))"
+    return text(f"""
 WITH admission AS (
     SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
            AS unfinished
-), input AS ({_CREATION_INPUT}
-     WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[]))
-           <= CAST(:admit_cap AS integer)
-), {_CREATION_WRITES}
+), input AS ({_ONE_INPUT if one else _BATCH_INPUT}
+     WHERE (SELECT unfinished FROM admission) + {size} <= CAST(:admit_cap AS integer)
+), {_creation_writes(one=one)}
 SELECT {_CREATED}, admission.unfinished AS admission_unfinished
-  FROM admission LEFT JOIN created ON true
- ORDER BY created.seq
+  FROM admission LEFT JOIN created ON true{
+        ""
+        if one
+        else '''
+ ORDER BY created.seq'''
+    }
 """).columns(*_CREATED_COLUMNS, column("admission_unfinished", Integer))
+
+
+CREATE_ADMITTED = Creation(one=_create_admitted(one=True), batch=_create_admitted(one=False))
 
 # create_keyed: ONE job with an Idempotency-Key in ONE statement (its own transaction
 # when run in autocommit) -- what CREATE_ADMITTED does, behind the key's two guards:
@@ -120,7 +165,7 @@ SELECT {_CREATED}, admission.unfinished AS admission_unfinished
 # The key row references the job written later in the same statement: foreign keys are
 # checked at the end of the statement. Answer: ONE row with ``key_free``,
 # ``admission_unfinished`` (NULL without the guard) and the created job's columns (``id``
-# NULL when nothing was created).
+# NULL when nothing was created). One job: its fields are bound as scalars.
 CREATE_KEYED = text(f"""
 WITH guard AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(CAST(:key_scope AS text), 0)) AS free
@@ -134,15 +179,15 @@ WITH guard AS (
 ), keyed AS (
     INSERT INTO idempotency_keys (owner, key, fingerprint, job_id)
     SELECT CAST(:admit_owner AS text), CAST(:key AS text), CAST(:fingerprint AS text),
-           (CAST(:p_id AS uuid[]))[1]
+           CAST(:p_id AS uuid)
       FROM admission
      WHERE admission.unfinished + 1
            <= COALESCE(CAST(:admit_cap AS integer), admission.unfinished + 1)
         ON CONFLICT DO NOTHING
     RETURNING job_id
-), input AS ({_CREATION_INPUT}
+), input AS ({_ONE_INPUT}
      WHERE EXISTS (SELECT 1 FROM keyed)
-), {_CREATION_WRITES}
+), {_creation_writes(one=True)}
 SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, {_CREATED}
   FROM guard CROSS JOIN admission LEFT JOIN created ON true
 """).columns(

@@ -57,14 +57,13 @@ class RequestMoves(Service):
             return []
         check_actor(TRANSITIONS[transition], actor)
         ids = [new_id() for _ in batch]
-        admission: dict[str, Any] = {}
+        params = _one_job(ids[0], batch[0]) if len(batch) == 1 else _jobs_as_arrays(ids, batch)
+        params |= self._move_params(transition, actor, note)
         if admission_cap is not None:
             [owner] = {n.owner for n in batch}  # admission is per owner
-            admission = {"admit_owner": owner, "admit_cap": admission_cap}
-        rows = await conn.execute(
-            CREATE if admission_cap is None else CREATE_ADMITTED,
-            {**admission, **self._creation_params(ids, batch, transition, actor, note)},
-        )
+            params |= {"admit_owner": owner, "admit_cap": admission_cap}
+        creation = CREATE if admission_cap is None else CREATE_ADMITTED
+        rows = await conn.execute(creation.one if len(batch) == 1 else creation.batch, params)
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
             raise OwnerAtCapacity(int(by_id[None].admission_unfinished))
@@ -100,7 +99,8 @@ class RequestMoves(Service):
                     "fingerprint": fingerprint,
                     "admit_owner": new.owner,
                     "admit_cap": admission_cap,
-                    **self._creation_params([job_id], [new], _N.CREATE, actor, None),
+                    **_one_job(job_id, new),
+                    **self._move_params(_N.CREATE, actor, None),
                 },
             )
         ).one()
@@ -112,27 +112,11 @@ class RequestMoves(Service):
             raise OwnerAtCapacity(int(row.admission_unfinished))
         return KeyedRefusal.STORED
 
-    def _creation_params(
-        self,
-        ids: Sequence[uuid.UUID],
-        batch: Sequence[NewJob],
-        transition: TransitionName,
-        actor: Actor,
-        note: str | None,
+    def _move_params(
+        self, transition: TransitionName, actor: Actor, note: str | None
     ) -> dict[str, Any]:
-        """The parameters of the creation statements (``_CREATION_INPUT``)."""
+        """What the creation statements bind besides the jobs' fields."""
         return {
-            "p_id": ids,
-            "p_owner": [n.owner for n in batch],
-            "p_kind": [n.kind for n in batch],
-            "p_kind_version": [n.kind_version for n in batch],
-            "p_input": [json.dumps(dict(n.input)) for n in batch],
-            "p_max_attempts": [n.max_attempts for n in batch],
-            "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
-            "p_request_id": [n.request_id for n in batch],
-            "p_idempotency_key": [n.idempotency_key for n in batch],
-            "p_replay_of": [n.replay_of for n in batch],
-            "p_data": [_creation_data(n) for n in batch],
             "transition": transition.value,
             "actor": str(actor),
             "note": note,
@@ -314,6 +298,42 @@ class RequestMoves(Service):
                 actor=actor,
             )
         raise ValueError(f"unknown operator decision {decision!r}")
+
+
+def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
+    """One job's fields as the scalars of a creation statement's ``one`` shape
+    (``app.db.queries._CREATION_FIELDS``)."""
+    return {
+        "p_id": job_id,
+        "p_owner": new.owner,
+        "p_kind": new.kind,
+        "p_kind_version": new.kind_version,
+        "p_input": json.dumps(dict(new.input)),
+        "p_max_attempts": new.max_attempts,
+        "p_max_elapsed_seconds": new.max_elapsed_seconds,
+        "p_request_id": new.request_id,
+        "p_idempotency_key": new.idempotency_key,
+        "p_replay_of": new.replay_of,
+        "p_data": _creation_data(new),
+    }
+
+
+def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[str, Any]:
+    """A batch's fields as the arrays of a creation statement's ``batch`` shape, one
+    array per field in batch order."""
+    return {
+        "p_id": list(ids),
+        "p_owner": [n.owner for n in batch],
+        "p_kind": [n.kind for n in batch],
+        "p_kind_version": [n.kind_version for n in batch],
+        "p_input": [json.dumps(dict(n.input)) for n in batch],
+        "p_max_attempts": [n.max_attempts for n in batch],
+        "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
+        "p_request_id": [n.request_id for n in batch],
+        "p_idempotency_key": [n.idempotency_key for n in batch],
+        "p_replay_of": [n.replay_of for n in batch],
+        "p_data": [_creation_data(n) for n in batch],
+    }
 
 
 def _creation_data(new: NewJob) -> str | None:

@@ -1,10 +1,11 @@
 """The migration's trigger announces changes, so no writer can forget to.
 
-``atlas_job_changed`` carries the job id on every insert and every version bump (status
-readers holding ``Prefer: wait`` wake up); ``atlas_work`` carries the kind whenever a job
-becomes queued (idle workers wake up). Heartbeats do not bump the version and must stay
-silent. Notifications arrive in commit order, so a later change is a sentinel: once it
-has arrived, everything before it has too.
+``atlas_job_changed`` carries the job id on every version bump (status readers holding
+``Prefer: wait`` wake up), not on a creation: no reader can be watching a job before it
+exists (revision d0e1f2a3b4c5); ``atlas_work`` carries the kind whenever a job becomes
+queued, created so or moved back (idle workers wake up). Heartbeats do not bump the
+version and must stay silent. Notifications arrive in commit order, so a later change
+is a sentinel: once it has arrived, everything before it has too.
 """
 
 from __future__ import annotations
@@ -61,10 +62,9 @@ async def test_changes_and_new_work_are_announced(
         )
     async with engine.begin() as conn:
         await transitions.request_cancel(conn, made.id, actor=CLIENT)  # the sentinel
-    await until_heard(heard, ("atlas_job_changed", job), 4)
+    await until_heard(heard, ("atlas_job_changed", job), 3)
     assert heard == [
-        ("atlas_job_changed", job),  # created
-        ("atlas_work", made.kind),  # ... and queued
+        ("atlas_work", made.kind),  # created queued: the workers wake, no reader does
         ("atlas_job_changed", job),  # claimed (the heartbeat after it is silent)
         ("atlas_job_changed", job),  # back to queued for a retry
         ("atlas_work", made.kind),
@@ -101,3 +101,31 @@ async def test_one_statement_announces_its_jobs_in_one_batched_payload(
         await asyncio.sleep(0.005)
     assert len(batched) == 1, heard
     assert set(batched[0].split(",")) == expected
+
+
+async def test_a_creation_wakes_the_workers_once_per_kind_and_no_reader(
+    engine: AsyncEngine, transitions: Transitions, heard: Heard
+) -> None:
+    """One statement creating jobs of two kinds: one ``atlas_work`` per kind, nothing on
+    ``atlas_job_changed``; a later cancel (the sentinel) is announced there as ever."""
+    from app.transitions import NewJob
+
+    def new(kind: str) -> NewJob:
+        return NewJob(
+            owner="alice",
+            kind=kind,
+            kind_version=1,
+            input={},
+            max_attempts=3,
+            max_elapsed_seconds=60,
+        )
+
+    batch = [new("test.one"), new("test.two"), new("test.one")]
+    async with engine.begin() as conn:
+        created = await transitions.create_many(conn, batch, actor=CLIENT)
+    async with engine.begin() as conn:
+        await transitions.request_cancel(conn, created[0].job.id, actor=CLIENT)
+    sentinel = ("atlas_job_changed", str(created[0].job.id))
+    await until_heard(heard, sentinel, 1)
+    assert sorted(heard[:-1]) == [("atlas_work", "test.one"), ("atlas_work", "test.two")]
+    assert heard[-1] == sentinel

@@ -1,0 +1,148 @@
+"""What one creation costs the database, pinned by shape (issue 9, revision d0e1f2a3b4c5).
+
+* One job is created by the statement's ``one`` shape: its fields bound as scalars -- no
+  array for the client to encode element by element, none for the server to unnest and
+  sort; a batch binds one array per field. Both leave the same row and history.
+* An insert into ``jobs`` runs ONE trigger function (the workers' wake-up and the owner's
+  backlog counter), counted by PostgreSQL's function statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.schema import job_history
+from app.transitions import Applied, NewJob, Transitions
+from tests.factory import CLIENT
+from tests.integration.test_batch_equivalence import _shape
+
+NEW = NewJob(
+    owner="alice",
+    kind="test.shape",
+    kind_version=1,
+    input={"n": 1},
+    max_attempts=3,
+    max_elapsed_seconds=60,
+    request_id="req-1",
+)
+
+
+@contextmanager
+def sent(engine: AsyncEngine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """The statements (and their parameters) the engine sends meanwhile."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def on_execute(_c: Any, _cur: Any, statement: str, _p: Any, context: Any, _m: Any) -> None:
+        seen.append((statement, dict(context.compiled_parameters[0])))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+
+
+def arrays(params: dict[str, Any]) -> set[str]:
+    return {name for name, value in params.items() if isinstance(value, list)}
+
+
+async def test_one_job_binds_scalars_and_a_batch_binds_arrays_with_the_same_outcome(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    with sent(engine) as one:
+        async with engine.begin() as conn:
+            [single] = await transitions.create_many(conn, [NEW], actor=CLIENT)
+    [(statement, params)] = one
+    assert "unnest" not in statement
+    assert arrays(params) == set()
+    assert params["p_id"] == single.job.id
+
+    with sent(engine) as many:
+        async with engine.begin() as conn:
+            batch = await transitions.create_many(conn, [NEW, NEW], actor=CLIENT)
+    [(statement, params)] = many
+    assert "unnest" in statement
+    assert {"p_id", "p_owner", "p_input", "p_data"} <= arrays(params)
+    assert [created.job.id for created in batch] == params["p_id"]  # in batch order
+
+    async with engine.connect() as conn:
+        history = {
+            row.job_id: row
+            for row in await conn.execute(
+                select(job_history).where(
+                    job_history.c.job_id.in_([single.job.id, batch[0].job.id])
+                )
+            )
+        }
+    assert _shape(single.job) == _shape(batch[0].job)
+    assert _shape(history[single.job.id]) == _shape(history[batch[0].job.id])
+    assert history[single.job.id].event_id == "req-1"
+
+
+async def test_the_keyed_creation_binds_scalars(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    keyed = dataclasses.replace(NEW, idempotency_key="k-1")
+    with sent(engine) as seen:
+        async with engine.begin() as conn:
+            created = await transitions.create_keyed(
+                conn, keyed, fingerprint="f", actor=CLIENT, admission_cap=10
+            )
+    [(statement, params)] = seen
+    assert "unnest" not in statement
+    assert arrays(params) == set()
+    assert isinstance(created, Applied)
+    assert created.job.idempotency_key == "k-1"
+
+
+async def test_an_insert_runs_one_trigger_function_once(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL track_functions = 'pl'"))
+        await transitions.create_many(conn, [NEW, NEW], actor=CLIENT)
+        called = {
+            row.funcname: row.calls
+            for row in await conn.execute(
+                text(
+                    "SELECT s.funcname, s.calls FROM pg_stat_xact_user_functions AS s"
+                    " JOIN pg_proc AS p ON p.oid = s.funcid"
+                    " WHERE p.prorettype = CAST('trigger' AS regtype)"
+                )
+            )
+        }
+    assert called == {"atlas_jobs_inserted": 1}
+
+
+async def test_the_state_reason_rule_is_one_call_of_a_plpgsql_function(
+    engine: AsyncEngine,
+) -> None:
+    """PostgreSQL re-reads and re-plans every CHECK of ``jobs`` on each statement that
+    writes it; the rule's ~10 kB inline form is a function call, planned once per
+    session (its meaning: tests/integration/test_vocabulary.py)."""
+    async with engine.connect() as conn:
+        definition = (
+            await conn.execute(
+                text(
+                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                    " WHERE conname = 'ck_jobs_reason_matches_state'"
+                )
+            )
+        ).scalar_one()
+        language, volatility = (
+            await conn.execute(
+                text(
+                    "SELECT l.lanname, CAST(p.provolatile AS text) FROM pg_proc AS p"
+                    " JOIN pg_language AS l ON l.oid = p.prolang"
+                    " WHERE p.proname = 'atlas_reason_fits'"
+                )
+            )
+        ).one()
+    assert definition == "CHECK (atlas_reason_fits(state, reason))"
+    assert (language, volatility) == ("plpgsql", "i")

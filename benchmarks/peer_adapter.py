@@ -25,6 +25,7 @@ Everything measured is the project's real code, nothing skipped:
 ``ATLAS_WORKER_PREFETCH`` (the production setting, read from the environment as the
 service does; unset = C) is how many jobs the pool claims beyond its free slots while
 claims come back full; it claims up to ``min(C + prefetch, 100)`` jobs per statement.
+The event loop is the worker process's (:mod:`workers.eventloop`: uvloop).
 Logging is the project's (``configure_logging``) at ``ATLAS_LOG_LEVEL`` (WARNING unless
 set: the peers log nothing per job either).
 """
@@ -57,6 +58,7 @@ from app.kinds import KINDS, handler_key
 from app.logs import configure_logging
 from app.settings import Settings
 from app.transitions import Actor, NewJob, Transitions
+from workers import eventloop
 from workers.context import JobContext
 from workers.handlers import HANDLERS, PublishPlan, registry
 from workers.pool import MAX_CLAIM, WorkerPool
@@ -290,7 +292,7 @@ def _result(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
             "worker_processes": 1,
             "log_level": os.environ.get("ATLAS_LOG_LEVEL", "WARNING"),
         },
-        "event_loop": "asyncio",
+        "event_loop": eventloop.running_loop_name(),
     }
     out.update(extra)
     return out
@@ -503,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["DATABASE_URL"] = url
         os.environ["ATLAS_DATA_DIR"] = tmp
         configure_logging(Settings())
-        result = asyncio.run(run(args, url, Path(tmp)))
+        # The worker process's loop (uvloop), for the pool and the producer alike -- as
+        # PGQueuer's adapter runs both on uvloop, like its ``pgq`` CLI.
+        result = eventloop.run(run(args, url, Path(tmp)))
     print(json.dumps(result), file=out, flush=True)
 
 

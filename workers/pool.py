@@ -74,6 +74,7 @@ from app.logs import get_logger
 from app.settings import Settings
 from app.storage import make_store
 from app.transitions import Actor, Transitions
+from workers import eventloop
 from workers.completer import Completer
 from workers.context import ClaimedJob, JobContext
 from workers.handlers import Handler, registry
@@ -323,7 +324,12 @@ class WorkerPool:
     # -- the main loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        log.info("worker.started", worker_id=self.worker_id, concurrency=self.concurrency)
+        log.info(
+            "worker.started",
+            worker_id=self.worker_id,
+            concurrency=self.concurrency,
+            event_loop=eventloop.running_loop_name(),
+        )
         freeze_startup_heap()  # the full collections walk only what jobs allocate
         kinds = {key.split("@", 1)[0] for key in self.handlers}
         listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
@@ -548,8 +554,9 @@ def run_worker(
     worker_id: str | None,
     render_status: RenderStatus | None = None,
 ) -> None:
-    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``;
-    ``render_status`` (the API's status representation) turns the webhook sender on."""
-    asyncio.run(
+    """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``, on
+    the worker's event loop (:mod:`workers.eventloop`: uvloop); ``render_status`` (the
+    API's status representation) turns the webhook sender on."""
+    eventloop.run(
         serve(settings, concurrency=concurrency, worker_id=worker_id, render_status=render_status)
     )

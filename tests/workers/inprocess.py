@@ -57,6 +57,25 @@ def record_claims(engine: AsyncEngine) -> list[str]:
     return claims
 
 
+def record_round_trips(engine: AsyncEngine) -> list[str]:
+    """Every statement ``engine`` sends from now on, in order: SQLAlchemy's executions
+    and what asyncpg sends outside them (``BEGIN``, ``COMMIT``, simple queries), read by a
+    query logger on every connection the engine opens from now on."""
+    sent: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        sent.append(statement)
+
+    def on_connect(dbapi_connection: Any, _record: object) -> None:
+        dbapi_connection.driver_connection.add_query_logger(
+            lambda logged: sent.append(logged.query)
+        )
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    event.listen(engine.sync_engine, "connect", on_connect)
+    return sent
+
+
 async def listening_workers(engine: AsyncEngine) -> int:
     """Worker processes (or pools) whose LISTEN connection is up on this engine's database."""
     async with engine.connect() as conn:

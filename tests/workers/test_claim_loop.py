@@ -16,6 +16,7 @@ from typing import Any
 from app.clock import Clock
 from app.settings import Settings
 from tests.workers.inprocess import (
+    CLAIM_PREFIX,
     KEY,
     LEASE,
     OTHER_KIND,
@@ -23,6 +24,7 @@ from tests.workers.inprocess import (
     bounded,
     listening_workers,
     record_claims,
+    record_round_trips,
     until,
 )
 from workers.context import JobContext
@@ -236,6 +238,41 @@ async def test_a_notification_wakes_an_idle_pool_with_no_poll(
         await until(lambda: _states(harness, [job_id]), lambda s: s == ["succeeded"])
         assert ran == [job_id]
         assert len(claims) == idle_claims + 1  # woken once, claimed once
+    finally:
+        stop.set()
+        await bounded(task)
+
+
+async def test_from_a_notification_to_the_handler_the_pool_sends_only_the_claim(
+    harness: Harness, settings: Settings, database_url: str
+) -> None:
+    """The pickup path of an idle pool: between a job's creation and its handler's
+    start the pool sends ONE statement on all its connections -- the claim, without
+    BEGIN/COMMIT around it: no read, no heartbeat or progress write, no second claim
+    (docs/performance.md, pickup latency)."""
+    quiet = settings.model_copy(update={"poll_interval_seconds": 60.0})
+    at_start: list[list[str]] = []
+
+    async def handler(ctx: JobContext) -> PublishPlan:
+        at_start.append([*on_pool, *on_heartbeat])
+        return NO_FILES
+
+    pool = _pool(quiet, database_url, harness.clock, {KEY: handler})
+    on_pool = record_round_trips(pool.engine)
+    on_heartbeat = record_round_trips(pool.heartbeat_engine)
+    stop = asyncio.Event()
+    task = asyncio.create_task(pool.run(stop))
+    try:
+        await until(lambda: listening_workers(harness.engine), bool)
+        await until(lambda: asyncio.sleep(0, on_pool), bool)  # the first (idle) claim
+        await asyncio.sleep(0.2)  # the claim after the listener's first wake, if any
+        assert on_pool[0].lstrip().startswith(CLAIM_PREFIX)  # what is sent is recorded
+        on_pool.clear()
+        on_heartbeat.clear()
+        job_id = await harness.create()
+        await until(lambda: _states(harness, [job_id]), lambda s: s == ["succeeded"])
+        [statements] = at_start
+        assert [s.lstrip()[: len(CLAIM_PREFIX)] for s in statements] == [CLAIM_PREFIX]
     finally:
         stop.set()
         await bounded(task)

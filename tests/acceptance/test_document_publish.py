@@ -356,12 +356,12 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
     """20 rounds: a worker is killed -9 while the destination has applied its
     publication and holds the answer; the next attempt reconciles and adopts.
 
-    Each ``--concurrency 1`` worker also holds a second job in its local queue (prefetch
-    at its default) when it is killed: that job never started, so it is never charged
-    (``rescue_unstarted``) -- else one job held by several killed workers in a row ran
-    out of attempts without ever being at fault (the CI flake this test once had)."""
+    The workers hold no claimed job beyond the one they run (prefetch 0): a kill -9
+    charges an attempt to every job its worker holds (docs/operations.md section 3), and
+    a job held behind the killed one in several rounds ran out of its five attempts
+    without being at fault (a CI flake). Only the attempts this test kills count here."""
     rounds = 20
-    w = world(destination={"timeout_seconds": 60}, workers=0, lease_seconds=3.0)
+    w = world(destination={"timeout_seconds": 60}, workers=0, lease_seconds=3.0, prefetch=0)
     await w.control(default="apply_then_hang", hang_seconds=120)
     jobs = [await w.submit(document(sections=1)) for _ in range(rounds)]
     spare = 0

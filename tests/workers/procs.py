@@ -34,9 +34,11 @@ class WorkerSettings:
     shutdown_grace_seconds: float = 5.0
     result_ttl_seconds: float = 3600.0
     scheduler_interval_seconds: float = 0.25
+    prefetch: int | None = None  # ATLAS_WORKER_PREFETCH; None: the service's default
 
     def env(self) -> dict[str, str]:
-        return {
+        prefetch = {} if self.prefetch is None else {"ATLAS_WORKER_PREFETCH": str(self.prefetch)}
+        return prefetch | {
             "ATLAS_LEASE_SECONDS": str(self.lease_seconds),
             "ATLAS_REAPER_INTERVAL_SECONDS": str(self.reaper_interval_seconds),
             "ATLAS_POLL_INTERVAL_SECONDS": str(self.poll_interval_seconds),

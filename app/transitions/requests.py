@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,6 +25,7 @@ from app.lifecycle import (
 from app.transitions.base import KeyedRefusal, NewJob, OwnerAtCapacity, Service, error_doc
 
 _N = TransitionName
+_T = TypeVar("_T")
 
 OPERATOR_ACTORS = frozenset({"operator"})
 """Actor kinds whose cancel of ``unresolved`` work is an operator decision."""
@@ -120,7 +121,10 @@ class RequestMoves(Service):
         actor: Actor,
         note: str | None,
     ) -> dict[str, Any]:
-        """The parameters of the creation statements (``_CREATION_INPUT``)."""
+        """The parameters of the creation statements (``_CREATION_INPUT``). An optional
+        field no job of the batch has is sent as ONE NULL, not an array of them:
+        ``unnest`` pads a NULL array's column with NULLs, and the driver encodes no
+        element (bulk creation carries none of them)."""
         return {
             "p_id": ids,
             "p_owner": [n.owner for n in batch],
@@ -129,10 +133,10 @@ class RequestMoves(Service):
             "p_input": [json.dumps(dict(n.input)) for n in batch],
             "p_max_attempts": [n.max_attempts for n in batch],
             "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
-            "p_request_id": [n.request_id for n in batch],
-            "p_idempotency_key": [n.idempotency_key for n in batch],
-            "p_replay_of": [n.replay_of for n in batch],
-            "p_data": [_creation_data(n) for n in batch],
+            "p_request_id": _optional([n.request_id for n in batch]),
+            "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
+            "p_replay_of": _optional([n.replay_of for n in batch]),
+            "p_data": _optional([_creation_data(n) for n in batch]),
             "transition": transition.value,
             "actor": str(actor),
             "note": note,
@@ -314,6 +318,11 @@ class RequestMoves(Service):
                 actor=actor,
             )
         raise ValueError(f"unknown operator decision {decision!r}")
+
+
+def _optional(values: list[_T]) -> list[_T] | None:
+    """A creation parameter array, or NULL when every element is NULL."""
+    return values if any(value is not None for value in values) else None
 
 
 def _creation_data(new: NewJob) -> str | None:

@@ -69,6 +69,7 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
+from app.heap import freeze_startup_heap
 from app.lifecycle import AttemptOutcome
 from app.logs import get_logger
 from app.settings import Settings
@@ -78,7 +79,6 @@ from workers import eventloop
 from workers.completer import Completer
 from workers.context import ClaimedJob, JobContext
 from workers.handlers import Handler, registry
-from workers.heap import freeze_startup_heap
 from workers.heartbeat import Heartbeat
 from workers.listener import WorkListener
 from workers.pruner import Pruner

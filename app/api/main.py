@@ -3,8 +3,9 @@
 The lifespan opens the database engine (``DATABASE_URL`` or the embedded server), the
 LISTEN connection and the feeds (:mod:`app.api.feeds`) that serve ``Prefer: wait`` reads
 and event streams, the download signer and the result store; it closes them in reverse
-order. While shutting down the app reports not-ready (``/readyz`` 503) so a load
-balancer stops sending traffic.
+order. Once started it freezes the process's start-up heap (:mod:`app.heap`), so the
+garbage collector's full passes walk only what requests allocate. While shutting down the
+app reports not-ready (``/readyz`` 503) so a load balancer stops sending traffic.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from app.api.watch_caps import WatcherCaps
 from app.clock import SYSTEM_CLOCK, Clock
 from app.db import migrations
 from app.db.engine import create_engine, libpq_url, resolve_database_url
+from app.heap import freeze_startup_heap
 from app.settings import Settings, get_settings
 from app.signing import signer_from_settings
 from app.storage import make_store
@@ -111,6 +113,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             ),
             name="metrics-sampler",
         )
+        freeze_startup_heap()  # full collections walk only what requests allocate
         try:
             yield
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,6 +25,7 @@ from app.lifecycle import (
 from app.transitions.base import KeyedRefusal, NewJob, OwnerAtCapacity, Service, error_doc
 
 _N = TransitionName
+_T = TypeVar("_T")
 
 OPERATOR_ACTORS = frozenset({"operator"})
 """Actor kinds whose cancel of ``unresolved`` work is an operator decision."""
@@ -320,7 +321,9 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
 
 def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[str, Any]:
     """A batch's fields as the arrays of a creation statement's ``batch`` shape, one
-    array per field in batch order."""
+    array per field in batch order. An optional field no job of the batch has is sent
+    as ONE NULL, not an array of them: ``unnest`` pads a NULL array's column with NULLs,
+    and the driver encodes no element (bulk creation carries none of them)."""
     return {
         "p_id": list(ids),
         "p_owner": [n.owner for n in batch],
@@ -329,11 +332,16 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_input": [json.dumps(dict(n.input)) for n in batch],
         "p_max_attempts": [n.max_attempts for n in batch],
         "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
-        "p_request_id": [n.request_id for n in batch],
-        "p_idempotency_key": [n.idempotency_key for n in batch],
-        "p_replay_of": [n.replay_of for n in batch],
-        "p_data": [_creation_data(n) for n in batch],
+        "p_request_id": _optional([n.request_id for n in batch]),
+        "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
+        "p_replay_of": _optional([n.replay_of for n in batch]),
+        "p_data": _optional([_creation_data(n) for n in batch]),
     }
+
+
+def _optional(values: list[_T]) -> list[_T] | None:
+    """A creation parameter array, or NULL when every element is NULL."""
+    return values if any(value is not None for value in values) else None
 
 
 def _creation_data(new: NewJob) -> str | None:

@@ -68,7 +68,8 @@ async def test_one_job_binds_scalars_and_a_batch_binds_arrays_with_the_same_outc
             batch = await transitions.create_many(conn, [NEW, NEW], actor=CLIENT)
     [(statement, params)] = many
     assert "unnest" in statement
-    assert {"p_id", "p_owner", "p_input", "p_data"} <= arrays(params)
+    assert {"p_id", "p_owner", "p_input", "p_request_id"} <= arrays(params)
+    assert params["p_data"] is None  # no job of the batch carries it: one NULL
     assert [created.job.id for created in batch] == params["p_id"]  # in batch order
 
     async with engine.connect() as conn:

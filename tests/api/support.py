@@ -1,12 +1,16 @@
-"""Helpers for the API tests: keys, driving a job through real transitions, SSE parsing."""
+"""Helpers for the API tests: keys, driving a job through real transitions, SSE parsing,
+a change committed in the middle of a read."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.apikeys import Role, create_key
@@ -187,3 +191,25 @@ def parse_sse(text: str) -> list[dict[str, str]]:
         if "event" in fields:
             events.append(fields)
     return events
+
+
+def commit_before(
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType,
+    name: str,
+    change: Callable[[], Awaitable[object]],
+) -> list[bool]:
+    """Run ``change`` (its own transaction) once, right before the first call of
+    ``module.name`` -- a read's later statement -- so it commits between two statements
+    of that read. The list returned holds ``True`` once it has run."""
+    read = getattr(module, name)
+    done: list[bool] = []
+
+    async def change_then_read(*args: Any, **kwargs: Any) -> Any:
+        if not done:
+            await change()
+            done.append(True)
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, change_then_read)
+    return done

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from app.api.feeds import FeedHub
 from app.db import reads
-from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys
+from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys, commit_before
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 
@@ -38,16 +38,12 @@ async def test_a_transition_committed_during_a_feed_read_waits_for_the_next_read
     assert before.job is not None
     assert before.job.state == "running"
 
-    plan_stages = reads.plan_stages
-    published: list[bool] = []
-
-    async def publish_then_read(conn: Any, job: Any) -> Any:
-        if not published:  # once: after the job read, before the stages and history
-            await driver.publish(job_id, attempt, "alice", {"bundle.zip": b"zip"})
-            published.append(True)
-        return await plan_stages(conn, job)
-
-    monkeypatch.setattr(reads, "plan_stages", publish_then_read)
+    published = commit_before(  # after the job's statement, before the stages'
+        monkeypatch,
+        reads,
+        "plan_stages",
+        lambda: driver.publish(job_id, attempt, "alice", {"bundle.zip": b"zip"}),
+    )
     during = await feeds.read(job_id, before)
     assert published
     assert during.job is not None
@@ -73,20 +69,14 @@ async def test_a_change_committed_during_a_status_read_is_answered_whole(
     before = await client.get(f"/v1/jobs/{job_id}", headers=keys.a)
     assert _validate_done(before.json()) == 1
 
-    stages_of_version = reads.plan_stages_of_version
-    changed: list[bool] = []
+    async def one_more_unit() -> None:
+        async with driver.engine.begin() as conn:
+            outcome = await driver.t.record_progress(
+                conn, job_id, attempt, "validate", "refs", actor=WORKER
+            )
+        assert outcome.ok
 
-    async def progress_then_read(conn: Any, job: Any) -> Any:
-        if not changed:  # once: after the job's statement, before the stages'
-            async with driver.engine.begin() as other:
-                outcome = await driver.t.record_progress(
-                    other, job_id, attempt, "validate", "refs", actor=WORKER
-                )
-                assert outcome.ok
-            changed.append(True)
-        return await stages_of_version(conn, job)
-
-    monkeypatch.setattr(reads, "plan_stages_of_version", progress_then_read)
+    changed = commit_before(monkeypatch, reads, "plan_stages_of_version", one_more_unit)
     during = await client.get(f"/v1/jobs/{job_id}", headers=keys.a)
     assert changed
     assert during.status_code == 200

@@ -18,7 +18,7 @@ from app.apikeys import list_keys, revoke_key
 from app.db import reads
 from app.presentation import Observation, present
 from app.ui.session import COOKIE_NAME
-from tests.api.support import BUNDLE_INPUT, Driver, Keys
+from tests.api.support import BUNDLE_INPUT, Driver, Keys, commit_before
 from tests.ui.conftest import BASE, SAME_ORIGIN, log_in
 
 STATIC = Path(__file__).resolve().parents[2] / "app" / "ui" / "static"
@@ -267,18 +267,14 @@ async def test_the_page_shows_one_version_of_the_job_and_its_history(
     shown by the next page, not half by this one."""
     job_id = uuid.UUID(await create_job(client, keys.alice))
     attempt = await driver.claim(job_id)
-    history_tail = reads.history_tail
-    published: list[bool] = []
-
-    async def publish_then_read(conn: Any, *args: Any, **kwargs: Any) -> Any:
-        if not published:
-            await driver.publish(job_id, attempt, "alice", {"bundle.zip": b"zip"})
-            published.append(True)
-        return await history_tail(conn, *args, **kwargs)
-
     async with browser(app) as http:
         await log_in(http, keys.alice)
-        monkeypatch.setattr(reads, "history_tail", publish_then_read)
+        published = commit_before(
+            monkeypatch,
+            reads,
+            "history_tail",
+            lambda: driver.publish(job_id, attempt, "alice", {"bundle.zip": b"zip"}),
+        )
         page = await http.get(f"/ui/jobs/{job_id}")
         assert published
         assert 'data-testid="state">running<' in page.text

@@ -246,7 +246,9 @@ class WorkerPool:
         self._stopped = Flag()
         """``stop`` was set (mirrored by :meth:`_watch_stop`)."""
         self._cooldown = ClaimCooldown(settings.claim_cooldown_seconds)
-        """After a notified claim found nothing: coalesce the next notifications."""
+        """After notified claims found nothing: coalesce the next notifications."""
+        self._rescan = False
+        """The wake-up is the LISTEN connection's (re)connect, not a notification."""
 
     # -- callbacks ----------------------------------------------------------------------
 
@@ -329,6 +331,14 @@ class WorkerPool:
         metrics.DB_POOL_WAITING.labels("worker").set(waiting)
 
     def wake(self) -> None:
+        """New work was announced."""
+        self._wake.set()
+
+    def _listening(self) -> None:
+        """The LISTEN connection is (back) up: claim, since jobs queued meanwhile were
+        announced to nobody -- a claim no notification asked for, so one that finds
+        nothing lost no race (:class:`workers.wakeup.ClaimCooldown`)."""
+        self._rescan = True
         self._wake.set()
 
     # -- the main loop ------------------------------------------------------------------
@@ -342,7 +352,9 @@ class WorkerPool:
         )
         freeze_startup_heap()  # the full collections walk only what jobs allocate
         kinds = {key.split("@", 1)[0] for key in self.handlers}
-        listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
+        listener = WorkListener(
+            libpq_url(self.database_url), kinds=kinds, wake=self.wake, on_connected=self._listening
+        )
         background = [
             asyncio.create_task(self._watch_stop(stop), name="stop-watch"),
             asyncio.create_task(listener.run(), name="listener"),
@@ -395,8 +407,9 @@ class WorkerPool:
                     await wait_any(self._stopped, self._slot_freed)
                     continue
                 want = min(room, self.claim_batch)
-                woken = self._wake.is_set()
+                woken = self._wake.is_set() and not self._rescan
                 self._wake.clear()  # before claiming: a notify during the claim is kept
+                self._rescan = False
                 try:
                     rows = await self._claim(keys, want)
                 except Exception as exc:  # database unreachable: back off, keep going

@@ -66,11 +66,11 @@ class Settings(BaseSettings):
         default=0.1,
         ge=0,
         description=(
-            "After a worker process's claim that a new-work notification triggered comes "
-            "back empty (another process won the job), the notifications it receives "
-            "within this window are coalesced into one claim at its end: idle processes "
-            "send about one claim per window instead of one per job. A process whose "
-            "claims find jobs never waits; 0 turns it off."
+            "After a worker process's claims that new-work notifications triggered come "
+            "back empty twice in a row (other processes won the jobs), the notifications "
+            "it receives within this window are coalesced into one claim at its end: idle "
+            "processes send about one claim per window instead of one per job. A process "
+            "whose claims find jobs never waits; 0 turns it off."
         ),
     )
     worker_prefetch: int | None = Field(

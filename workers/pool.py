@@ -7,10 +7,10 @@ per job as slots free up, and when the queue has nothing for us, sleep until
 claim transaction.
 
 Every idle process LISTENs, so every notification wakes them all and one wins the job.
-A process whose claim after a notification came back EMPTY (another process won) cools
-down for ``ATLAS_CLAIM_COOLDOWN_SECONDS`` (:class:`workers.wakeup.ClaimCooldown`):
-notifications in that window are coalesced into one claim at its end. A process that
-wins keeps claiming at once, so a lone idle process (or the fleet's winners) picks up a
+A process whose claims after notifications came back EMPTY twice in a row (other
+processes won) cools down for ``ATLAS_CLAIM_COOLDOWN_SECONDS``
+(:class:`workers.wakeup.ClaimCooldown`): notifications in that window are coalesced into
+one claim at its end. A process that wins keeps claiming at once, so a lone idle process (or the fleet's winners) picks up a
 job on its notification with no delay, while the losers send at most one claim per
 window instead of one per job: N idle processes no longer send N claims per job.
 

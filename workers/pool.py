@@ -10,9 +10,10 @@ Every idle process LISTENs, so every notification wakes them all and one wins th
 A process whose claims after notifications came back EMPTY twice in a row (other
 processes won) cools down for ``ATLAS_CLAIM_COOLDOWN_SECONDS``
 (:class:`workers.wakeup.ClaimCooldown`): notifications in that window are coalesced into
-one claim at its end. A process that wins keeps claiming at once, so a lone idle process (or the fleet's winners) picks up a
-job on its notification with no delay, while the losers send at most one claim per
-window instead of one per job: N idle processes no longer send N claims per job.
+one claim at its end. A process that wins keeps claiming at once, so a lone idle
+process (or the fleet's winners) picks up a job on its notification with no delay,
+while the losers send at most one claim per window instead of one per job: N idle
+processes no longer send N claims per job.
 
 The local queue (graphile-worker's ``localQueue``): while claims come back full (the
 queue is busy) a process claims up to ``prefetch`` jobs more than its free slots

@@ -11,8 +11,8 @@ It prints one JSON line: claim statements and empty claims per job (counted in e
 process around ``Transitions.claim``), the server CPU per job (utime+stime of every
 PostgreSQL process on this machine over the run: creation, claims, publications and
 history included; ``--postmaster-pid`` names the server, the embedded one's by
-default), the pickup p50/p99 from the rows, and the load average. Counts, not timings,
-are its point: the machine's load moves the latencies.
+default; null when neither is known), the pickup p50/p99 from the rows, and the load
+average. Counts, not timings, are its point: the machine's load moves the latencies.
 """
 
 from __future__ import annotations
@@ -59,9 +59,13 @@ def server_cpu_seconds(postmaster_pid: int) -> float:
     return total / ticks
 
 
-def embedded_postmaster_pid() -> int:
+def embedded_postmaster_pid() -> int | None:
+    """The embedded server's postmaster (``ATLAS_DATA_DIR``), if it runs here."""
     pid_file = Settings().data_dir / "pg" / "postmaster.pid"
-    return int(pid_file.read_text().splitlines()[0])
+    try:
+        return int(pid_file.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _worker(
@@ -153,9 +157,9 @@ def main() -> None:
             worker.start()
         for ready in readies:
             ready.wait(60)
-        cpu_before = server_cpu_seconds(postmaster)
+        cpu_before = server_cpu_seconds(postmaster) if postmaster else 0.0
         eventloop.run(_produce(url, Path(data_dir), args.jobs, args.rate))
-        cpu = server_cpu_seconds(postmaster) - cpu_before
+        cpu = server_cpu_seconds(postmaster) - cpu_before if postmaster else None
         done.set()
         counts = [out.get(timeout=60) for _ in workers]
         for worker in workers:
@@ -170,10 +174,11 @@ def main() -> None:
         "jobs": args.jobs,
         "claims_per_job": round(claims / args.jobs, 3),
         "empty_claims_per_job": round(empty / args.jobs, 3),
-        "server_cpu_ms_per_job": round(cpu * 1000 / args.jobs, 3),
+        "server_cpu_ms_per_job": None if cpu is None else round(cpu * 1000 / args.jobs, 3),
         "pickup_p50_ms": percentile(pickup, 50),
         "pickup_p99_ms": percentile(pickup, 99),
         "claims_per_process": [c["claims"] for c in counts],
+        "empty_claims_per_process": [c["empty"] for c in counts],
         "load_average": os.getloadavg(),
     }
     print(json.dumps(result), file=sys.stdout, flush=True)

@@ -97,7 +97,7 @@ async def test_a_job_announced_during_a_cooldown_is_claimed_at_its_end(
     this test's bound): its notification is coalesced into ONE claim at the window's
     end, which runs it."""
     quiet = settings.model_copy(
-        update={"poll_interval_seconds": 60.0, "claim_cooldown_seconds": 1.0}
+        update={"poll_interval_seconds": 60.0, "claim_cooldown_seconds": 2.0}
     )
     ran: list[uuid.UUID] = []
 

@@ -62,6 +62,17 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
     )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
+    claim_cooldown_seconds: float = Field(
+        default=0.1,
+        ge=0,
+        description=(
+            "After a worker process's claims that new-work notifications triggered come "
+            "back empty twice in a row (other processes won the jobs), the notifications "
+            "it receives within this window are coalesced into one claim at its end: idle "
+            "processes send about one claim per window instead of one per job. A process "
+            "whose claims find jobs never waits; 0 turns it off."
+        ),
+    )
     worker_prefetch: int | None = Field(
         default=None,
         ge=0,

@@ -3,8 +3,9 @@
 The trigger on ``jobs`` notifies ``atlas_work`` with the kind whenever a job becomes
 queued. A notification only says "look now"; the claim query decides. The connection is
 the shared :class:`app.db.listen.Listener` (one reconnect and backoff policy for the API
-and the workers); after every (re)connect the claim loop is woken, since jobs queued
-while the connection was down were announced to nobody. The claimer also polls every
+and the workers); after every (re)connect the claim loop is woken (``on_connected``,
+``wake`` unless given), since jobs queued while the connection was down were announced
+to nobody. The claimer also polls every
 ``ATLAS_POLL_INTERVAL_SECONDS``, so even a lost notification only delays work.
 """
 
@@ -27,6 +28,7 @@ class WorkListener:
         *,
         kinds: Collection[str],
         wake: Callable[[], None],
+        on_connected: Callable[[], None] | None = None,
         application_name: str = APPLICATION_NAME,
     ) -> None:
         self.dsn = dsn
@@ -36,7 +38,8 @@ class WorkListener:
             dsn,
             CHANNEL,
             on_payload=self._on_payload,
-            on_connected=wake,  # anything queued while we were not listening
+            # anything queued while we were not listening
+            on_connected=on_connected or wake,
             application_name=application_name,
         )
 

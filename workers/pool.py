@@ -6,6 +6,15 @@ per job as slots free up, and when the queue has nothing for us, sleep until
 ``atlas_work`` is notified or the poll interval passes. No work ever happens inside the
 claim transaction.
 
+Every idle process LISTENs, so every notification wakes them all and one wins the job.
+A process whose claims after notifications came back EMPTY twice in a row (other
+processes won) cools down for ``ATLAS_CLAIM_COOLDOWN_SECONDS``
+(:class:`workers.wakeup.ClaimCooldown`): notifications in that window are coalesced into
+one claim at its end. A process that wins keeps claiming at once, so a lone idle
+process (or the fleet's winners) picks up a job on its notification with no delay,
+while the losers send at most one claim per window instead of one per job: N idle
+processes no longer send N claims per job.
+
 The local queue (graphile-worker's ``localQueue``): while claims come back full (the
 queue is busy) a process claims up to ``prefetch`` jobs more than its free slots
 (``ATLAS_WORKER_PREFETCH``, default: its concurrency), so claiming is decoupled from the
@@ -88,7 +97,7 @@ from workers.runner import JobRunner
 from workers.scheduler import Scheduler
 from workers.sweeper import Sweeper
 from workers.vacuumer import Vacuumer
-from workers.wakeup import Flag, wait_any
+from workers.wakeup import ClaimCooldown, Flag, wait_any
 from workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
@@ -237,6 +246,10 @@ class WorkerPool:
         """The claims' connection, kept between claims (:meth:`_claim`)."""
         self._stopped = Flag()
         """``stop`` was set (mirrored by :meth:`_watch_stop`)."""
+        self._cooldown = ClaimCooldown(settings.claim_cooldown_seconds)
+        """After notified claims found nothing: coalesce the next notifications."""
+        self._rescan = False
+        """The wake-up is the LISTEN connection's (re)connect, not a notification."""
 
     # -- callbacks ----------------------------------------------------------------------
 
@@ -319,6 +332,14 @@ class WorkerPool:
         metrics.DB_POOL_WAITING.labels("worker").set(waiting)
 
     def wake(self) -> None:
+        """New work was announced."""
+        self._wake.set()
+
+    def _listening(self) -> None:
+        """The LISTEN connection is (back) up: claim, since jobs queued meanwhile were
+        announced to nobody -- a claim no notification asked for, so one that finds
+        nothing lost no race (:class:`workers.wakeup.ClaimCooldown`)."""
+        self._rescan = True
         self._wake.set()
 
     # -- the main loop ------------------------------------------------------------------
@@ -332,7 +353,9 @@ class WorkerPool:
         )
         freeze_startup_heap()  # the full collections walk only what jobs allocate
         kinds = {key.split("@", 1)[0] for key in self.handlers}
-        listener = WorkListener(libpq_url(self.database_url), kinds=kinds, wake=self.wake)
+        listener = WorkListener(
+            libpq_url(self.database_url), kinds=kinds, wake=self.wake, on_connected=self._listening
+        )
         background = [
             asyncio.create_task(self._watch_stop(stop), name="stop-watch"),
             asyncio.create_task(listener.run(), name="listener"),
@@ -385,13 +408,16 @@ class WorkerPool:
                     await wait_any(self._stopped, self._slot_freed)
                     continue
                 want = min(room, self.claim_batch)
+                woken = self._wake.is_set() and not self._rescan
                 self._wake.clear()  # before claiming: a notify during the claim is kept
+                self._rescan = False
                 try:
                     rows = await self._claim(keys, want)
                 except Exception as exc:  # database unreachable: back off, keep going
                     log.warning("claim.failed", error_class=type(exc).__name__)
                     await wait_any(self._stopped, seconds=self.settings.poll_interval_seconds)
                     continue
+                self._cooldown.claimed(woken=woken, found=len(rows))
                 # Prefetch only while the queue is busy: a short claim means there is no
                 # backlog for this process to take ahead of the others.
                 self._busy = len(rows) == want
@@ -403,6 +429,8 @@ class WorkerPool:
                     await wait_any(
                         self._stopped, self._wake, seconds=self.settings.poll_interval_seconds
                     )
+                    if self._wake.is_set():
+                        await self._cooldown.wait(self._stopped)
         finally:
             await self._close_claimer()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.workers.inprocess import bounded
-from workers.wakeup import Flag, wait_any
+from workers.wakeup import ClaimCooldown, Flag, wait_any
 
 
 async def test_a_flag_set_while_waiting_wakes_the_waiter_without_a_task() -> None:
@@ -54,3 +54,32 @@ async def test_a_cancelled_wait_leaves_the_flags_usable() -> None:
     assert waiting.cancelled()
     wake.set()
     await bounded(wait_any(wake))  # returns at once: set
+
+
+async def test_a_cooldown_opens_only_after_notified_claims_find_nothing_twice() -> None:
+    """The window opens when a notified claim finds nothing and the claim before it
+    found nothing either: a winner's one empty claim (its own job's late notification)
+    opens none; nor does a claim no notification asked for (poll, reconnect)."""
+    cooldown = ClaimCooldown(60.0)
+    cooldown.claimed(woken=False, found=0)  # a poll: no race was lost
+    assert cooldown.remaining() == 0
+    cooldown.claimed(woken=True, found=1)  # won
+    cooldown.claimed(woken=True, found=0)  # the won job's own notification
+    assert cooldown.remaining() == 0
+    cooldown.claimed(woken=True, found=0)  # lost a race
+    assert cooldown.remaining() > 0
+
+
+async def test_a_stop_ends_a_cooldown_early_and_zero_seconds_turns_it_off() -> None:
+    stopped = Flag()
+    cooldown = ClaimCooldown(60.0)
+    cooldown.claimed(woken=True, found=0)
+    waiting = asyncio.ensure_future(cooldown.wait(stopped))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    stopped.set()
+    await bounded(waiting)
+    off = ClaimCooldown(0.0)
+    off.claimed(woken=True, found=0)
+    off.claimed(woken=True, found=0)
+    assert off.remaining() == 0

@@ -122,7 +122,7 @@ async def create(
     if created.replayed:
         found["Idempotency-Replayed"] = "true"
     else:
-        state.metrics.jobs_created.labels(created.job.kind).inc()
+        state.metrics.count_created(created.job.kind)
     return status_response(public, found, status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -163,7 +163,7 @@ async def create_many(
     ]
     for c in created:
         if not c.replayed:
-            state.metrics.jobs_created.labels(c.job.kind).inc()
+            state.metrics.count_created(c.job.kind)
     return JobBatchPublic(items=items)
 
 

@@ -7,6 +7,7 @@ under ``atlas-jobs serve``, the worker processes' families (multiprocess mode).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -38,6 +39,9 @@ class ApiMetrics:
             ["kind"],
             registry=self.registry,
         )
+        # Its children by kind (``labels()`` validates and locks on every call); bounded
+        # by the registered kinds: only a created job's kind is counted.
+        self._created: dict[str, Any] = {}
         self.watchers = Gauge(
             "atlas_watchers",
             "Open long-polls (Prefer: wait) and event streams (sampled at scrape time).",
@@ -53,3 +57,10 @@ class ApiMetrics:
             "1 while the LISTEN connection for job changes is up.",
             registry=self.registry,
         )
+
+    def count_created(self, kind: str) -> None:
+        """One more job of ``kind`` created through this process."""
+        child = self._created.get(kind)
+        if child is None:
+            child = self._created[kind] = self.jobs_created.labels(kind)
+        child.inc()

@@ -13,6 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -41,6 +42,9 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 CLIENT_DISCONNECTED = "atlas.client_disconnected"
 """Scope flag: the client went away before the request was answered (not a 5xx)."""
 CLIENT_CLOSED_STATUS = 499  # the status recorded (never sent) for such a request
+REQUEST_ID: ContextVar[str | None] = ContextVar("atlas_request_id", default=None)
+"""The request id of the request being served (also bound to the log context): read
+by routes that record it, without copying the whole log context."""
 
 # Text PostgreSQL cannot store in ``text`` or ``jsonb``: NUL, and UTF-16 surrogates that
 # are not part of a pair (JSON can spell both as escapes). Storing either fails inside the
@@ -120,9 +124,16 @@ class RequestContextMiddleware:
                 self._observe(method, route, time.perf_counter() - started)
             await send(message)
 
+        token = REQUEST_ID.set(request_id)
         try:
             await self.app(scope, receive, send_with_id)
+        except BaseException:
+            # The unexpected-error handler runs outside this middleware (Starlette's
+            # ServerErrorMiddleware), after the context is cleared: leave it a copy.
+            scope[LOG_CONTEXT_KEY] = structlog.contextvars.get_contextvars()
+            raise
         finally:
+            REQUEST_ID.reset(token)
             event = "request"
             if scope.get(CLIENT_DISCONNECTED) and status == 500:  # nothing was sent
                 event, status = "client_disconnected", CLIENT_CLOSED_STATUS
@@ -134,9 +145,6 @@ class RequestContextMiddleware:
                 status=status,
                 duration_ms=round((time.perf_counter() - started) * 1000, 1),
             )
-            # The unexpected-error handler runs outside this middleware (Starlette's
-            # ServerErrorMiddleware), after the context is cleared: leave it a copy.
-            scope[LOG_CONTEXT_KEY] = structlog.contextvars.get_contextvars()
             structlog.contextvars.clear_contextvars()
 
 
@@ -368,6 +376,7 @@ class ContainAnsweredErrors:
 
 __all__ = [
     "CLIENT_DISCONNECTED",
+    "REQUEST_ID",
     "BodyGuardMiddleware",
     "ContainAnsweredErrors",
     "RequestContextMiddleware",

@@ -208,14 +208,22 @@ class AutocommitConnections:
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            # Set on the sync connection: a fresh checkout has no transaction, so this
+            # only flags the driver's connection (no I/O; were there any, SQLAlchemy
+            # would raise MissingGreenlet). ``await conn.execution_options(...)`` would
+            # run the same call through a greenlet of its own -- each greenlet costs a
+            # frame stack (an mmap and munmap) and its switches, per request.
+            sync = conn.sync_connection
+            if sync is None:  # pragma: no cover - the context manager started it
+                raise RuntimeError("the connection was not started")
+            sync.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
 
-    @asynccontextmanager
-    async def begin(self) -> AsyncIterator[AsyncConnection]:
-        """Like ``engine.begin()``: in autocommit, no ``BEGIN`` or ``COMMIT`` is sent."""
-        async with self.connect() as conn, conn.begin():
-            yield conn
+    def begin(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """Like ``engine.begin()``: in autocommit each statement commits as it runs, so
+        this is :meth:`connect` -- no ``BEGIN`` or ``COMMIT`` is sent, and no greenlet
+        runs SQLAlchemy's no-op begin and commit either."""
+        return self.connect()
 
 
 @asynccontextmanager

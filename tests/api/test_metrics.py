@@ -128,3 +128,16 @@ async def test_cancels_won_and_lost_to_publication_are_counted_apart(
     # Process-wide counters: compared with what they were before this test.
     assert won == won_before + 1
     assert lost == lost_before + 1
+
+
+async def test_created_jobs_are_counted_by_kind_and_replays_are_not(
+    http: httpx.AsyncClient, keys: Keys
+) -> None:
+    body = {"kind": "atlas.noop", "input": {"tag": "counted"}}
+    keyed = {**keys.a, "Idempotency-Key": "counted-once"}
+    for headers in (keys.a, keys.a, keyed, keyed):  # the second keyed one is a replay
+        assert (await http.post("/v1/jobs", json=body, headers=headers)).status_code == 202
+    batch = {"jobs": [body, body]}
+    assert (await http.post("/v1/jobs:batch", json=batch, headers=keys.a)).status_code == 202
+    text = await scrape(http)
+    assert value(text, "atlas_jobs_created_total", kind="atlas.noop") == 5

@@ -4,6 +4,11 @@ so the next ``engine.begin()`` on it is one transaction again."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy.ext.asyncio.engine as sqlalchemy_async
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,4 +43,35 @@ async def test_autocommit_checkouts_and_transactions_share_one_connection(
         async with engine.connect() as conn:
             assert (await conn.get_isolation_level()) == "READ COMMITTED"
     finally:
+        await engine.dispose()
+
+
+async def test_autocommit_checkouts_take_no_greenlet_beyond_their_statements(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each hop of the async API into SQLAlchemy's sync layer runs in a greenlet of its
+    own (a frame stack mapped and unmapped, and its switches). A checkout, two
+    statements and the return are four; switching the checkout to autocommit and
+    ``begin()`` (nothing to begin or commit in autocommit) add none."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    connections = AutocommitConnections(engine)
+    spawned: list[str] = []
+    original = sqlalchemy_async.greenlet_spawn
+
+    async def counting(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        spawned.append(getattr(fn, "__name__", repr(fn)))
+        return await original(fn, *args, **kwargs)
+
+    try:
+        async with engine.connect() as conn:  # the pool holds its connection from here
+            await conn.execute(text("SELECT 1"))
+        monkeypatch.setattr(sqlalchemy_async, "greenlet_spawn", counting)
+        for opened in (connections.connect, connections.begin):
+            spawned.clear()
+            async with opened() as conn:
+                first, second = await _two_xids(conn)
+                assert first != second  # autocommit: each statement its own transaction
+            assert len(spawned) == 4, spawned  # checkout, two statements, return
+    finally:
+        monkeypatch.undo()
         await engine.dispose()

@@ -7,7 +7,6 @@ import re
 import uuid
 from typing import Annotated, Any
 
-import structlog
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
@@ -23,7 +22,7 @@ from app.api.deps import (
 from app.api.errors import JobNotFoundError
 from app.api.jobcreation import create_batch, create_job, needs_transaction
 from app.api.longpoll import held_status, unless_client_leaves
-from app.api.middleware import CLIENT_CLOSED_STATUS
+from app.api.middleware import CLIENT_CLOSED_STATUS, REQUEST_ID
 from app.api.reading import (
     answer,
     public_status,
@@ -76,8 +75,8 @@ def actor_for(principal: Principal) -> Actor:
 
 
 def request_id() -> str | None:
-    value = structlog.contextvars.get_contextvars().get("request_id")
-    return str(value) if value is not None else None
+    """The id of the request being served (``X-Request-ID``), recorded with its moves."""
+    return REQUEST_ID.get()
 
 
 @router.post(
@@ -123,7 +122,7 @@ async def create(
     if created.replayed:
         found["Idempotency-Replayed"] = "true"
     else:
-        state.metrics.jobs_created.labels(created.job.kind).inc()
+        state.metrics.count_created(created.job.kind)
     return status_response(public, found, status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -164,7 +163,7 @@ async def create_many(
     ]
     for c in created:
         if not c.replayed:
-            state.metrics.jobs_created.labels(c.job.kind).inc()
+            state.metrics.count_created(c.job.kind)
     return JobBatchPublic(items=items)
 
 

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import INTERVAL
@@ -55,7 +55,7 @@ async def get_job(
 # (JOB_STATUS_COLUMNS, what the body and its headers are built from), database time as
 # Clock.now() gives it, the clock's offset bound as a parameter.
 _OBSERVED = (func.now() + bindparam("clock_offset", type_=INTERVAL())).label("observed_at")
-_JOB_BY_ID: Select[Unpack[tuple[Any, ...]]] = select(*JOB_STATUS_COLUMNS, _OBSERVED).where(
+_JOB_BY_ID: Select[*tuple[Any, ...]] = select(*JOB_STATUS_COLUMNS, _OBSERVED).where(
     jobs.c.id == bindparam("job_id")
 )
 _OWNED_JOB_BY_ID = _JOB_BY_ID.where(jobs.c.owner == bindparam("owner"))

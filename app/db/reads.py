@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, bindparam, func, select, text
+from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import Clock
 from app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
 from app.db.schema import (
+    JOB_STATUS_COLUMNS,
     api_keys,
     attempts,
     idempotency_keys,
@@ -50,17 +51,21 @@ async def get_job(
 
 
 # The status read's statement, built once (the hottest read: building a select and its
-# cache key per request cost more than the rest of its Python): database time as
+# cache key per request cost more than the rest of its Python): the status columns only
+# (JOB_STATUS_COLUMNS, what the body and its headers are built from), database time as
 # Clock.now() gives it, the clock's offset bound as a parameter.
 _OBSERVED = (func.now() + bindparam("clock_offset", type_=INTERVAL())).label("observed_at")
-_JOB_BY_ID = select(jobs, _OBSERVED).where(jobs.c.id == bindparam("job_id"))
+_JOB_BY_ID: Select[*tuple[Any, ...]] = select(*JOB_STATUS_COLUMNS, _OBSERVED).where(
+    jobs.c.id == bindparam("job_id")
+)
 _OWNED_JOB_BY_ID = _JOB_BY_ID.where(jobs.c.owner == bindparam("owner"))
 
 
 async def get_job_now(
     conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock
 ) -> Row[Any] | None:
-    """:func:`get_job` with ``now=clock.now()``, from a statement built once."""
+    """The status columns (``JOB_STATUS_COLUMNS``) of :func:`get_job` with
+    ``now=clock.now()``, from a statement built once."""
     query = _JOB_BY_ID if owner is None else _OWNED_JOB_BY_ID
     params: dict[str, Any] = {"job_id": job_id, "clock_offset": clock.offset}
     if owner is not None:

@@ -48,7 +48,8 @@ class RequestMoves(Service):
         note: str | None = None,
         admission_cap: int | None = None,
     ) -> list[Applied]:
-        """Create jobs -- rows and history -- in ONE statement; results in batch order.
+        """Create jobs -- rows and history -- in ONE statement; results in batch order,
+        each with the job's status columns (``JOB_STATUS_COLUMNS``), not its whole row.
 
         With ``admission_cap`` (every job of one owner): the same statement first applies
         the per-owner admission rule (``CREATE_ADMITTED``) and creates nothing, raising

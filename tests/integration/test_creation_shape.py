@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import job_history
+from app.db.schema import job_history, jobs
 from app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
 from tests.integration.test_batch_equivalence import _shape
@@ -99,7 +99,11 @@ async def test_the_keyed_creation_binds_scalars(
     assert "unnest" not in statement
     assert arrays(params) == set()
     assert isinstance(created, Applied)
-    assert created.job.idempotency_key == "k-1"
+    async with engine.connect() as conn:
+        stored = await conn.scalar(
+            select(jobs.c.idempotency_key).where(jobs.c.id == created.job.id)
+        )
+    assert stored == "k-1"
 
 
 async def test_an_insert_runs_one_trigger_function_once(

@@ -16,7 +16,7 @@ from app.db import reads
 from app.db.schema import JOB_STATUS_COLUMNS, jobs
 from app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
-from tests.integration.test_creation_shape import sent
+from tests.sent_statements import sent
 
 NEW = NewJob(
     owner="alice",

@@ -10,17 +10,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.schema import job_history, jobs
 from app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
 from tests.integration.test_batch_equivalence import _shape
+from tests.sent_statements import sent
 
 NEW = NewJob(
     owner="alice",
@@ -31,21 +30,6 @@ NEW = NewJob(
     max_elapsed_seconds=60,
     request_id="req-1",
 )
-
-
-@contextmanager
-def sent(engine: AsyncEngine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """The statements (and their parameters) the engine sends meanwhile."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def on_execute(_c: Any, _cur: Any, statement: str, _p: Any, context: Any, _m: Any) -> None:
-        seen.append((statement, dict(context.compiled_parameters[0])))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
 
 
 def arrays(params: dict[str, Any]) -> set[str]:

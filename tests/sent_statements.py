@@ -1,14 +1,24 @@
-"""The statements an engine sends, with their parameters, as the driver receives them
-(``before_cursor_execute``): for tests that pin a statement's shape or what it binds."""
+"""What an engine sends, as the driver receives it (``before_cursor_execute``), for tests
+that pin a statement's shape, what it binds, or how many round trips a path costs. The
+one home of these recorders; each test asserts on what it reads from them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+CLAIM_PREFIX = "WITH picked AS"
+"""How every claim statement starts (``app.db.queries``: ``CLAIM``, ``CLAIM_TO_RUN``)."""
+
+
+def folded(statement: str) -> str:
+    """A statement on one line, its whitespace runs folded to one space."""
+    return " ".join(statement.split())
 
 
 @contextmanager
@@ -24,3 +34,57 @@ def sent(engine: AsyncEngine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         yield seen
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+
+
+@contextmanager
+def statements(engine: AsyncEngine, *, except_task: str | None = None) -> Iterator[list[str]]:
+    """Every statement the engine sends meanwhile (one round trip each), folded. With
+    ``except_task``, not those of the asyncio task of that name: a background loop that
+    queries on its own cadence (the API's metrics sampler, whose first sample can land
+    inside the block on a busy machine)."""
+    seen: list[str] = []
+
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if except_task is not None:
+            task = asyncio.current_task()
+            if task is not None and task.get_name() == except_task:
+                return
+        seen.append(folded(statement))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+
+
+def record_claims(engine: AsyncEngine) -> list[str]:
+    """The claim statements ``engine`` sends from now on, in order (a cursor event on it
+    for the engine's lifetime)."""
+    claims: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().startswith(CLAIM_PREFIX):
+            claims.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    return claims
+
+
+def record_round_trips(engine: AsyncEngine) -> list[str]:
+    """Every statement ``engine`` sends from now on, in order: SQLAlchemy's executions
+    and what asyncpg sends outside them (``BEGIN``, ``COMMIT``, simple queries), read by a
+    query logger on every connection the engine opens from now on."""
+    trips: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        trips.append(statement)
+
+    def on_connect(dbapi_connection: Any, _record: object) -> None:
+        dbapi_connection.driver_connection.add_query_logger(
+            lambda logged: trips.append(logged.query)
+        )
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    event.listen(engine.sync_engine, "connect", on_connect)
+    return trips

@@ -13,14 +13,13 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.api.feeds import FeedHub
 from app.api.main import create_app
@@ -30,6 +29,7 @@ from app.settings import Settings
 from app.transitions import Actor
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver, Keys, parse_sse
+from tests.sent_statements import statements
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 JOB_READ = re.compile(r"\bFROM jobs\b")
@@ -39,26 +39,6 @@ WATCHERS = 50
 def wait(tag: str = "*") -> dict[str, str]:
     """A long-poll held until the job's version differs from ``tag`` ("*": any change)."""
     return {"Prefer": "wait=5", "If-None-Match": tag}
-
-
-@contextmanager
-def statements(app: FastAPI) -> Iterator[list[str]]:
-    """Every statement the app's engine sends for requests while the block runs (not the
-    metrics sampler's: it queries on its own cadence, and on a busy machine its first
-    sample can land inside the block, as in ``test_round_trips``)."""
-    engine = app.state.atlas.engine.sync_engine
-    seen: list[str] = []
-
-    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        task = asyncio.current_task()
-        if task is None or task.get_name() != "metrics-sampler":
-            seen.append(" ".join(statement.split()))
-
-    event.listen(engine, "before_cursor_execute", on_execute)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", on_execute)
 
 
 def hub(app: FastAPI) -> FeedHub:
@@ -99,7 +79,7 @@ async def test_fifty_long_polls_share_one_read_per_change(
     # (a watcher is counted before the feed's first read returns: wait for that read)
     await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1, "concurrent first watchers share the first read"
-    with statements(app) as sent:
+    with statements(app.state.atlas.engine, except_task="metrics-sampler") as sent:
         await driver.claim(job_id)
         answers = await asyncio.gather(*polls)
     assert [a.status_code for a in answers] == [200] * WATCHERS
@@ -124,7 +104,7 @@ async def test_fifty_event_streams_share_one_read_per_change(
     await until(lambda: feeds.caps.watching == WATCHERS, "every stream to be open")
     await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1
-    with statements(app) as sent:
+    with statements(app.state.atlas.engine, except_task="metrics-sampler") as sent:
         await cancel(driver, job_id)  # queued -> canceled: a transition, and the end
         answers = await asyncio.gather(*streams)
     for answer in answers:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.clock import Clock
@@ -39,41 +39,6 @@ WAIT = 20.0
 assertion, only a guard against hanging."""
 
 T = TypeVar("T")
-
-CLAIM_PREFIX = "WITH picked AS"
-"""How every claim statement starts (``app.db.queries``: ``CLAIM``, ``CLAIM_TO_RUN``)."""
-
-
-def record_claims(engine: AsyncEngine) -> list[str]:
-    """The claim statements ``engine`` sends from now on, in order (a cursor event on it
-    for the engine's lifetime)."""
-    claims: list[str] = []
-
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if statement.lstrip().startswith(CLAIM_PREFIX):
-            claims.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
-    return claims
-
-
-def record_round_trips(engine: AsyncEngine) -> list[str]:
-    """Every statement ``engine`` sends from now on, in order: SQLAlchemy's executions
-    and what asyncpg sends outside them (``BEGIN``, ``COMMIT``, simple queries), read by a
-    query logger on every connection the engine opens from now on."""
-    sent: list[str] = []
-
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        sent.append(statement)
-
-    def on_connect(dbapi_connection: Any, _record: object) -> None:
-        dbapi_connection.driver_connection.add_query_logger(
-            lambda logged: sent.append(logged.query)
-        )
-
-    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
-    event.listen(engine.sync_engine, "connect", on_connect)
-    return sent
 
 
 async def listening_workers(engine: AsyncEngine) -> int:

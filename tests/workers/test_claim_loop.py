@@ -15,16 +15,14 @@ from typing import Any
 
 from app.clock import Clock
 from app.settings import Settings
+from tests.sent_statements import CLAIM_PREFIX, record_claims, record_round_trips
 from tests.workers.inprocess import (
-    CLAIM_PREFIX,
     KEY,
     LEASE,
     OTHER_KIND,
     Harness,
     bounded,
     listening_workers,
-    record_claims,
-    record_round_trips,
     until,
 )
 from workers.context import JobContext

@@ -5,35 +5,15 @@ outcome."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.lifecycle import AttemptOutcome
+from tests.sent_statements import statements
 from tests.workers.inprocess import KEY, WORKER_ID, Harness, bounded, not_run, running
 from workers.completer import Completer
 from workers.context import JobContext
 from workers.handlers.base import NO_FILES, PublishPlan
 
 N = 8
-
-
-@contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """Every statement sent on ``engine`` inside the block (one round trip each)."""
-    seen: list[str] = []
-
-    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(" ".join(statement.split()))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
 
 
 def _completer(harness: Harness) -> Completer:

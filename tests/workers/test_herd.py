@@ -15,6 +15,7 @@ import uuid
 
 from app.settings import Settings
 from app.transitions import NewJob
+from tests.sent_statements import record_claims
 from tests.workers.inprocess import (
     CLIENT,
     KEY,
@@ -22,7 +23,6 @@ from tests.workers.inprocess import (
     Harness,
     bounded,
     listening_workers,
-    record_claims,
     until,
 )
 from workers.context import JobContext

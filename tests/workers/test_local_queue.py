@@ -13,12 +13,11 @@ import math
 import uuid
 from collections.abc import Iterable
 
-from sqlalchemy import event
-
 from app.clock import Clock
 from app.settings import Settings
 from app.transitions import Actor
-from tests.workers.inprocess import KEY, LEASE, Harness, bounded, record_claims, until
+from tests.sent_statements import CLAIM_PREFIX, record_claims, statements
+from tests.workers.inprocess import KEY, LEASE, Harness, bounded, until
 from workers.context import JobContext
 from workers.handlers.base import NO_FILES, Handler, PublishPlan
 from workers.pool import WorkerPool
@@ -269,21 +268,18 @@ async def test_a_drain_sends_few_statements_per_job(
     pool = _pool(
         settings, database_url, harness.clock, {KEY: noop}, concurrency=concurrency, prefetch=12
     )
-    sent: list[str] = []
+    with statements(pool.engine) as sent:
+        stop = asyncio.Event()
+        task = asyncio.create_task(pool.run(stop))
+        try:
+            await until(
+                lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * n
+            )
+        finally:
+            stop.set()
+            await bounded(task)
 
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        sent.append(" ".join(statement.split()))
-
-    event.listen(pool.engine.sync_engine, "before_cursor_execute", on_execute)
-    stop = asyncio.Event()
-    task = asyncio.create_task(pool.run(stop))
-    try:
-        await until(lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * n)
-    finally:
-        stop.set()
-        await bounded(task)
-
-    claims = [s for s in sent if s.startswith("WITH picked AS")]
+    claims = [s for s in sent if s.startswith(CLAIM_PREFIX)]
     publications = [s for s in sent if "'publish'" in s]
     # Without prefetch a claim takes at most `concurrency` jobs: n / concurrency claims.
     # With 12 ahead a busy claim waits for half its batch of 16 to be free: claims of 8+

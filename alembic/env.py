@@ -4,6 +4,7 @@ it (the tests, ``atlas-jobs migrate``) or else from DATABASE_URL / the embedded 
 from __future__ import annotations
 
 import asyncio
+import sys
 from logging.config import fileConfig
 
 from alembic import context
@@ -11,6 +12,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.engine import resolve_database_url
+from app.db.migrations import (
+    MIGRATION_LOCK_POLL_SECONDS,
+    MIGRATION_LOCK_TRY,
+    MIGRATION_UNLOCK,
+    MIGRATION_WAITING,
+)
 from app.db.schema import metadata
 from app.settings import Settings
 
@@ -50,10 +57,27 @@ def _run_sync(connection: Connection) -> None:
 
 async def run_migrations_online() -> None:
     engine = create_async_engine(_url(), hide_parameters=True)
-    async with engine.connect() as connection:
-        await connection.run_sync(_run_sync)
-        await connection.commit()
-    await engine.dispose()
+    try:
+        async with engine.connect() as connection:
+            # One migration at a time (app.db.migrations.MIGRATION_LOCK_TRY): alembic reads
+            # the current revision only once the lock is held, so a run that waited for
+            # another finds the schema that one left. The lock is the session's: it
+            # outlives the transactions below.
+            waited = False
+            while not await connection.scalar(MIGRATION_LOCK_TRY):
+                await connection.commit()  # no snapshot held between tries
+                if not waited:
+                    print(MIGRATION_WAITING, file=sys.stderr, flush=True)
+                    waited = True
+                await asyncio.sleep(MIGRATION_LOCK_POLL_SECONDS)
+            await connection.commit()
+            await connection.run_sync(_run_sync)
+            await connection.commit()
+            await connection.execute(MIGRATION_UNLOCK)
+            await connection.commit()
+    finally:
+        # Closes the connection: the lock of a run that failed half way ends with it.
+        await engine.dispose()
 
 
 if context.is_offline_mode():

@@ -23,6 +23,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 import app
 
+# One migration at a time per database: every run of alembic's env.py (``atlas-jobs
+# migrate``, the tests, the benchmarks) holds this session-level advisory lock while it
+# migrates, so a second run started meanwhile -- two replicas each migrating on deploy --
+# waits, then finds the schema at head and does nothing, instead of racing the first
+# over the same DDL and failing half way. It waits by TRYING every
+# MIGRATION_LOCK_POLL_SECONDS, never inside a statement: a session blocked in
+# ``pg_advisory_lock`` holds a snapshot, and a ``CREATE INDEX CONCURRENTLY`` of the
+# running migration waits for every older snapshot -- a deadlock.
+MIGRATION_LOCK_TRY = text("SELECT pg_try_advisory_lock(hashtextextended('atlas.migrate', 0))")
+MIGRATION_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('atlas.migrate', 0))")
+MIGRATION_LOCK_POLL_SECONDS = 0.5
+MIGRATION_WAITING = "another migration of this database is running; waiting for it to end"
+
 PACKAGED = Path(app.__file__).resolve().parent / "migrations"
 CHECKOUT = Path(app.__file__).resolve().parent.parent / "alembic"
 

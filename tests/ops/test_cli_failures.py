@@ -9,13 +9,11 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, Server, free_port
+from tests.support import REPO, free_port
 
 
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -47,14 +45,6 @@ def one_line_failure(done: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in done.stderr
     assert lines[0].startswith("atlas-jobs: ")
     return lines[0]
-
-
-@pytest.fixture
-async def empty_database(pg_server: Server) -> AsyncIterator[str]:
-    name = f"atlas_empty_{uuid.uuid4().hex[:8]}"
-    url = await pg_server.create_database(name)
-    yield url
-    await pg_server.drop_database(name)
 
 
 @pytest.mark.parametrize("command", [["api"], ["worker"], ["serve", "--workers", "1"]])

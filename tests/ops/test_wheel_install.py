@@ -12,14 +12,12 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import REPO, Server, free_port
+from tests.support import REPO, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -36,14 +34,6 @@ def run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> str:
     )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-@pytest.fixture
-async def empty_database(pg_server: Server) -> AsyncIterator[str]:
-    name = f"atlas_wheel_{uuid.uuid4().hex[:8]}"
-    url = await pg_server.create_database(name)
-    yield url
-    await pg_server.drop_database(name)
 
 
 def test_the_wheel_installs_migrates_and_is_ready(empty_database: str, tmp_path: Path) -> None:

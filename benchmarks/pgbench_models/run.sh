@@ -7,7 +7,7 @@
 # only used for administration) and starts nothing. It creates databases named pgbm_*:
 # one template per schema (filled once: ROWS queued jobs, VACUUM ANALYZE), and for every
 # data point a fresh copy of its template, a CHECKPOINT, then
-#   pgbench -n -T SECONDS -c C -j min(C,2) -D batch=BATCH -f <model>.sql
+#   pgbench -n -T DURATION -c C -j min(C,2) -D batch=BATCH -f <model>.sql
 # One pgbench transaction = one script = one claim of BATCH jobs + their completion
 # (two autocommitted statements). jobs/s = tps x BATCH, checked against the rows the
 # database shows finished. Server CPU = utime+stime of the postmaster and all its
@@ -15,8 +15,11 @@
 # around the pgbench run; "-" when the server's processes are not visible here.
 #
 # The Atlas schema comes from the project's own alembic (ATLAS_PYTHON, default the
-# worktree's .venv). Knobs (environment): MODELS, CLIENTS, ROUNDS, SECONDS, BATCH, ROWS,
-# KEEP_TEMPLATES=1 (reuse existing templates), PGBIN.
+# worktree's .venv). Knobs (environment): MODELS, CLIENTS, ROUNDS, DURATION (s per point), BATCH, ROWS,
+# BASELINE_ROWS,
+# KEEP_TEMPLATES=1 (reuse existing templates), PGBIN, and for ablations SETUP_SQL (run in
+# each fresh copy before the CHECKPOINT, e.g. "ALTER TABLE jobs DISABLE TRIGGER USER") with
+# LABEL (appended to the model's name in the output).
 set -euo pipefail
 
 URL=${1:?usage: run.sh postgresql://user@host:port/dbname}
@@ -27,9 +30,10 @@ ATLAS_PYTHON=${ATLAS_PYTHON:-$REPO/.venv/bin/python}
 MODELS=${MODELS:-baseline pgqueuer a b1 b2}
 CLIENTS=${CLIENTS:-1 16 64}
 ROUNDS=${ROUNDS:-2}
-SECONDS_PER_RUN=${SECONDS:-8}
+SECONDS_PER_RUN=${DURATION:-8}
 BATCH=${BATCH:-64}
 ROWS=${ROWS:-400000}
+BASELINE_ROWS=${BASELINE_ROWS:-1500000}   # the bare UPDATEs outrun ROWS in a few seconds
 BASE=${URL%/*}
 RUN_DB=pgbm_run
 
@@ -95,7 +99,7 @@ build_templates() {
         case $t in
             pgbm_tpl_baseline)
                 admin "CREATE DATABASE $t"
-                psql_on "$t" -v nrows="$ROWS" -f "$HERE/schema_baseline.sql" ;;
+                psql_on "$t" -v nrows="$BASELINE_ROWS" -f "$HERE/schema_baseline.sql" ;;
             pgbm_tpl_pgqueuer)
                 admin "CREATE DATABASE $t"
                 psql_on "$t" -v nrows="$ROWS" -f "$HERE/schema_pgqueuer.sql" ;;
@@ -140,6 +144,7 @@ one_point() {
     tpl=$(template_of "$model")
     admin "DROP DATABASE IF EXISTS $RUN_DB WITH (FORCE)"
     admin "CREATE DATABASE $RUN_DB TEMPLATE $tpl STRATEGY FILE_COPY"
+    [ -z "${SETUP_SQL:-}" ] || psql_on "$RUN_DB" -c "$SETUP_SQL"
     admin "CHECKPOINT"
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)
@@ -165,7 +170,7 @@ one_point() {
         cpu_s=$(awk -v a="$before" -v b="$after" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}')
         cpu_ms=$(awk -v s="$cpu_s" -v n="$finished" 'BEGIN{printf "%.4f", n ? s*1000/n : 0}')
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$model" "$c" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$model${LABEL:-}" "$c" \
         "$(awk -v t="${tps:-0}" -v b="$BATCH" 'BEGIN{printf "%.0f", t*b}')" \
         "$finished" "$left" "$cpu_s" "$cpu_ms" "$load" "$verified" "$(date -u +%H:%M:%S)"
 }

@@ -140,7 +140,7 @@ server_ticks() {
 }
 
 one_point() {
-    local round=$1 model=$2 c=$3 tpl out tps txns failed counts finished left before after
+    local round=$1 model=$2 c=$3 tpl out tps txns failed counts finished left before after wal0 wal1
     tpl=$(template_of "$model")
     admin "DROP DATABASE IF EXISTS $RUN_DB WITH (FORCE)"
     admin "CREATE DATABASE $RUN_DB TEMPLATE $tpl STRATEGY FILE_COPY"
@@ -149,10 +149,12 @@ one_point() {
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)
     before=$(server_ticks)
+    wal0=$(admin "SELECT wal_bytes FROM pg_stat_wal")
     out=$("$PGBIN/pgbench" -n -T "$SECONDS_PER_RUN" -c "$c" -j $((c < 2 ? c : 2)) \
         -D batch="$BATCH" -f "$(script_of "$model")" "$BASE/$RUN_DB" 2>&1) || true
     sleep 0.3   # let the postmaster reap the exited backends (their CPU -> cutime)
     after=$(server_ticks)
+    wal1=$(admin "SELECT wal_bytes FROM pg_stat_wal")
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
     txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
@@ -170,9 +172,11 @@ one_point() {
         cpu_s=$(awk -v a="$before" -v b="$after" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}')
         cpu_ms=$(awk -v s="$cpu_s" -v n="$finished" 'BEGIN{printf "%.4f", n ? s*1000/n : 0}')
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$model${LABEL:-}" "$c" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$model${LABEL:-}" "$c" \
         "$(awk -v t="${tps:-0}" -v b="$BATCH" 'BEGIN{printf "%.0f", t*b}')" \
-        "$finished" "$left" "$cpu_s" "$cpu_ms" "$load" "$verified" "$(date -u +%H:%M:%S)"
+        "$finished" "$left" "$cpu_s" "$cpu_ms" \
+        "$(awk -v a="$wal0" -v b="$wal1" -v n="$finished" 'BEGIN{printf "%.0f", n ? (b-a)/n : 0}')" \
+        "$load" "$verified" "$(date -u +%H:%M:%S)"
 }
 
 log "server: $("$PGBIN/psql" -X -At "$URL" -c 'SHOW server_version')," \
@@ -180,7 +184,7 @@ log "server: $("$PGBIN/psql" -X -At "$URL" -c 'SHOW server_version')," \
 build_templates
 find_postmaster
 log "postmaster pid: ${POSTMASTER:-not visible (server CPU not measured)}"
-printf 'round\tmodel\tclients\tjobs_per_s\tfinished_in_db\tqueued_left\tserver_cpu_s\tserver_cpu_ms_per_job\tload1\tverified\tat\n'
+printf 'round\tmodel\tclients\tjobs_per_s\tfinished_in_db\tqueued_left\tserver_cpu_s\tserver_cpu_ms_per_job\twal_bytes_per_job\tload1\tverified\tat\n'
 for round in $(seq 1 "$ROUNDS"); do
     for c in $CLIENTS; do
         for model in $MODELS; do

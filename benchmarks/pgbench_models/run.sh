@@ -12,14 +12,15 @@
 # (two autocommitted statements). jobs/s = tps x BATCH, checked against the rows the
 # database shows finished. Server CPU = utime+stime of the postmaster and all its
 # children (exited backends through the postmaster's cutime/cstime), read from /proc
-# around the pgbench run; "-" when the server's processes are not visible here.
+# around the pgbench run ("-" when the server's processes are not visible here); WAL
+# bytes from pg_stat_wal (server-wide) around the same run.
 #
 # The Atlas schema comes from the project's own alembic (ATLAS_PYTHON, default the
-# worktree's .venv). Knobs (environment): MODELS, CLIENTS, ROUNDS, DURATION (s per point), BATCH, ROWS,
-# BASELINE_ROWS,
-# KEEP_TEMPLATES=1 (reuse existing templates), PGBIN, and for ablations SETUP_SQL (run in
-# each fresh copy before the CHECKPOINT, e.g. "ALTER TABLE jobs DISABLE TRIGGER USER") with
-# LABEL (appended to the model's name in the output).
+# worktree's .venv). Knobs (environment): MODELS, CLIENTS, ROUNDS, DURATION (s per point),
+# BATCH, ROWS, BASELINE_ROWS, KEEP_TEMPLATES=1 (reuse existing templates), PGBIN, and for
+# ablations SETUP_SQL (run in each fresh copy before the CHECKPOINT, e.g. "ALTER TABLE jobs
+# DISABLE TRIGGER USER") with LABEL (appended to the model's name in the output).
+# One run.sh at a time per server: the copy is always named pgbm_run.
 set -euo pipefail
 
 URL=${1:?usage: run.sh postgresql://user@host:port/dbname}

@@ -7,11 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.api.schemas import (
-    HistoryItem,
-    JobPublic,
-    ResultFile,
-)
+from app.api.schemas import HistoryItem, JobPublic, ResultFile
 from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
 from app.signing import DownloadGrant, DownloadSigner
 
@@ -63,8 +59,8 @@ def status_document(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
 
 def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
     """The status body of SPEC section 3 for one job row and its stage rows: ONE
-    validation of :func:`status_fields` (building its seven nested models one by one
-    cost three times as much)."""
+    validation of :func:`status_fields`, cheaper than building each nested model on its
+    own (a queued job's body built and serialized: 12.2 against 13.6 us of CPU)."""
     return JobPublic.model_validate(status_fields(job, stages))
 
 

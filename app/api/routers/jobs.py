@@ -7,7 +7,7 @@ import re
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
 from app.api.deps import (
@@ -20,6 +20,7 @@ from app.api.deps import (
     visible_owner,
 )
 from app.api.errors import JobNotFoundError
+from app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
 from app.api.jobcreation import create_batch, create_job, needs_transaction
 from app.api.longpoll import held_status, unless_client_leaves
 from app.api.middleware import CLIENT_CLOSED_STATUS, REQUEST_ID
@@ -58,16 +59,6 @@ MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d{1,6})\"?", re.IGNORECASE)
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        description="Makes creation safe to retry: same key + same body = same job.",
-    ),
-]
-
 
 def actor_for(principal: Principal) -> Actor:
     role = "operator" if principal.has(Role.OPERATOR) else "client"
@@ -91,15 +82,12 @@ def request_id() -> str | None:
         },
         **CREATION_PROBLEMS,
     },
+    openapi_extra=documented(IDEMPOTENCY_KEY),
 )
-async def create(
-    body: JobCreate,
-    request: Request,
-    principal: CurrentPrincipal,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
+async def create(body: JobCreate, request: Request, principal: CurrentPrincipal) -> Any:
     """Accept a job. The 202 is sent only after the job row is committed."""
     state = api_state(request)
+    idempotency_key = IDEMPOTENCY_KEY.read(request)
     # Answered from the row the creation returned, in the same transaction; a creation
     # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
     engine = (
@@ -240,35 +228,13 @@ def _prefer_wait(prefer: str | None, cap: float) -> int | None:
         },
         **problems(404, 422, 429, 503),
     },
+    openapi_extra=documented(IF_NONE_MATCH, PREFER),
 )
-async def get(
-    job_id: uuid.UUID,
-    principal: CurrentPrincipal,
-    request: Request,
-    if_none_match: Annotated[
-        str | None,
-        Header(
-            alias="If-None-Match",
-            max_length=512,
-            description="The ETag of the status you have: 304 when it is still current.",
-            examples=['W/"3"'],
-        ),
-    ] = None,
-    prefer: Annotated[
-        str | None,
-        Header(
-            alias="Prefer",
-            description="RFC 7240 preferences; `wait=N` holds the read until the job changes "
-            "or N seconds pass (capped by the server; `Preference-Applied` says what was "
-            "applied). Send it with `If-None-Match` to get 304 when nothing changed.",
-            max_length=512,
-            examples=["wait=25"],
-        ),
-    ] = None,
-) -> Any:
+async def get(job_id: uuid.UUID, principal: CurrentPrincipal, request: Request) -> Any:
     state = api_state(request)
     bind_job(job_id)
-    wait = _prefer_wait(prefer, state.settings.max_wait_seconds)
+    if_none_match = IF_NONE_MATCH.read(request)
+    wait = _prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database
         job, public = await read_status_unless_current(
             state.reads,

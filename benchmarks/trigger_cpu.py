@@ -136,9 +136,11 @@ async def side(url: str, spec: str) -> AsyncIterator[Side]:
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if extra:
-                raw = await conn.get_raw_connection()
-                await raw.driver_connection.execute(Path(extra).read_text())
+            if extra:  # several statements: asyncpg's simple query protocol takes them
+                sql = await asyncio.to_thread(Path(extra).read_text)
+                driver = (await conn.get_raw_connection()).driver_connection
+                assert driver is not None
+                await driver.execute(sql)
             pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
             yield Side(conn, pid)
     finally:

@@ -70,8 +70,7 @@ CANCEL = "state = 'canceled', reason = 'canceled', finished_at = now(), version 
 REQUEUE = "state = 'queued', reason = 'retry', finished_at = NULL, version = version + 1"
 UNRESOLVE = "state = 'unresolved', reason = 'lease_lost', version = version + 1"
 FAIL = (
-    "state = 'failed', reason = 'error', error = '{}', finished_at = now(),"
-    " version = version + 1"
+    "state = 'failed', reason = 'error', error = '{}', finished_at = now(), version = version + 1"
 )
 EXPIRE = "delivery_state = 'expired', version = version + 1"
 TOUCH = "available_at = available_at"  # a heartbeat's kind of update: no version bump
@@ -208,9 +207,7 @@ async def test_the_script_covers_each_path_of_the_new_triggers(pg_server: Server
     tell branches apart; the effects above can): the outbox got rows, a counter went
     below zero and was refused, 150 ids came in two payloads."""
     async with side(pg_server, REVISION) as after:
-        seen = [
-            await after.run((step,) if isinstance(step, str) else step) for step in SCRIPT
-        ]
+        seen = [await after.run((step,) if isinstance(step, str) else step) for step in SCRIPT]
     failures = [failed for failed, *_ in seen if failed is not None]
     assert failures == [("23514", "ck_owner_backlog_unfinished_not_negative")]
     assert any(outbox for _, _, outbox, _ in seen)

@@ -1,20 +1,20 @@
 """PostgreSQL CPU per statement of the writes to ``jobs`` -- where the triggers on ``jobs``
-show -- with the triggers of two schema revisions, alternated on one database.
+show -- with the triggers of two schema revisions, side by side in the same minutes.
 
-For each round and each side (``--before`` and ``--after``, alembic revisions; the
-database is created anew and migrated to that revision at the start of its round), one connection in
-autocommit runs, through the application's own statements (``app.transitions``):
+Each side (``--before``, ``--after``: alembic revisions, or ``REVISION+FILE.sql`` to try a
+variant on top of one) gets a new database migrated to it and one connection in
+autocommit, which runs the application's own statements (``app.transitions``):
 
-* ``create1``: N one-job creations; ``claim1``: N one-job claims; ``beat1``: N one-job
-  heartbeats; ``publish1``: N one-job publications;
-* ``create100`` / ``claim100`` / ``beat100`` / ``publish100``: N/10 statements of 100 jobs
-  each (N/10 x 100 jobs).
+* ``create1``, ``claim1``, ``beat1``, ``publish1``: N one-job creations, claims,
+  heartbeats and publications;
+* ``create100``, ``claim100``, ``beat100``, ``publish100``: N/10 statements of 100 jobs.
 
-Each workload is warmed up first (its own statements, not counted), then the backend's
-CPU time is read from ``/proc/<pid>/schedstat`` (nanoseconds on the CPU, a finer clock
-than ``/proc/<pid>/stat``'s ticks) before and after: the difference divided by the
-statements is the CPU per statement. The server must run on this machine (the embedded
-one does).
+Each workload is warmed up on both sides (not counted), the statistics refreshed, then the
+sides take turns, ``CHUNK`` statements each, until both ran N: on a shared, noisy machine
+both see the same load. The backend's CPU time comes from ``/proc/<pid>/schedstat``
+(nanoseconds on a CPU; a finer clock than ``/proc/<pid>/stat``'s ticks), so the server
+must run on this machine (the embedded one does). Two runs of one revision against itself
+agree within 1%.
 
     python -m benchmarks.trigger_cpu --before d0e1f2a3b4c5 --after head --rounds 2
 """

@@ -38,7 +38,7 @@ replays one script of inserts, updates, deletes and a truncate on a database at 
 revision and compares counters, outbox and notifications). Backend CPU per statement
 (benchmarks/trigger_cpu.py, against the previous revision in the same minutes, PostgreSQL
 18, load 3-7 on 2 cores): one-job claims, heartbeats and publications 0.94-0.97x;
-100-job statements 0.99-1.01x (the triggers' share of those is small).
+100-job statements 0.96-1.04x (within the noise: the triggers are a small share of them).
 """
 
 from collections.abc import Sequence
@@ -164,7 +164,8 @@ TRIGGER = (
     "FOR EACH STATEMENT EXECUTE FUNCTION atlas_jobs_updated()"
 )
 
-# -- what the downgrade restores: the functions as revisions f6248ed09853 (notify), c5d6e7f8a920 (outbox) and c4d5e6f7a8b9 (counters) wrote them ---
+# -- what the downgrade restores: the functions as revisions f6248ed09853 (notify),
+# c5d6e7f8a920 (outbox) and c4d5e6f7a8b9 (counters) wrote them ----------------------
 
 NOTIFY_UPDATED = """
 CREATE FUNCTION atlas_notify_jobs_updated() RETURNS trigger

@@ -1,6 +1,6 @@
 """Webhooks' storage: endpoints, the jobs that notify them, and the delivery outbox.
 
-The outbox rows are written by the ``jobs_enqueue_webhook_deliveries`` trigger (in the
+The outbox rows are written by the ``jobs_updated`` trigger (in the
 transaction of the move that causes them); this module registers endpoints, attaches
 jobs to them at creation, and gives the sender its claim and record statements.
 """

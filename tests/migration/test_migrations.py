@@ -70,7 +70,7 @@ async def test_upgrade_downgrade_upgrade_round_trip(pg_server: Server) -> None:
         await alembic(url, "upgrade", "head")
         first = (await snapshot(url, CONSTRAINTS), await snapshot(url, INDEXES))
         assert "jobs" in await names(url, TABLES)
-        assert {"jobs_inserted", "jobs_notify_updated"} <= await names(url, TRIGGERS)
+        assert {"jobs_inserted", "jobs_updated"} <= await names(url, TRIGGERS)
 
         await alembic(url, "downgrade", "base")
         assert await names(url, TABLES) == {"alembic_version"}

@@ -67,6 +67,9 @@ T = TypeVar("T")
 
 LEASE = 600
 STEP = LEASE + 1
+WAIT_DEADLINE = 3600
+"""Each wait's deadline (s), as MAX_ELAPSED: not a multiple of STEP, so the clock is never
+within a few real seconds of it."""
 MAX_ELAPSED = 3600
 """Each job's elapsed-time budget (s): a rescue after it is spent gives up, whatever the
 attempts left. 601 s steps never land near it, so database time's few real seconds on
@@ -110,6 +113,7 @@ class JobModel:
     version: int = 1
     budget_from: float = 0.0  # clock offset (s) when the elapsed-time budget started
     wait_reason: Reason | None = None
+    wait_deadline: float | None = None  # clock offset (s) when the wait's deadline passes
     late_cancel_last: bool = False  # the job's last history row is this actor's late cancel
 
 
@@ -486,7 +490,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 job_id,
                 a,
                 reason=reason,
-                deadline_seconds=3600,
+                deadline_seconds=WAIT_DEADLINE,
                 on_deadline=on_deadline,
                 actor=WORKER,
             ),
@@ -494,6 +498,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if target is not None:
             self.move(job, target)
             job.wait_reason = reason
+            job.wait_deadline = self.offset() + WAIT_DEADLINE
 
     @precondition(lambda self: self.some("stop_canceled"))
     @rule(pick=PICK, which=WHICH)
@@ -673,6 +678,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             # Only a review wait is decided by a review (an external wait is not).
             assert outcome == Rejected(name, RejectReason.ILLEGAL, job.state)
             event(f"{name}: not a review wait")
+            return
+        if job.state == JobState.WAITING and self.offset() >= (job.wait_deadline or 0.0):
+            # Past its deadline the wait's rule decides (the sweeper's move), not a review.
+            assert outcome == Rejected(name, RejectReason.ILLEGAL, job.state)
+            event(f"{name}: after the deadline")
             return
         target = self.expect(job, name, outcome)
         if target is not None:

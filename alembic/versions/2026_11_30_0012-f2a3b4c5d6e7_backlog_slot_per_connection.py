@@ -27,7 +27,20 @@ carry the delta itself, so the upserts take it from ``EXCLUDED`` (no materialize
 no sub-select). The downgrade recounts the rows by id slot (with ``jobs`` locked against
 writers) before it restores the CHECK and the previous functions.
 
-Measured: see the end of this docstring.
+Measured (benchmarks/pgbench_models/run.sh, MODELS=a, PG15, 2 cores shared, load
+2.7-7.4; this revision against e1f2a3b4c5d6, alternated four times; raw lines in
+benchmarks/pgbench_models/results/run7-backlog-slots.tsv). Server CPU per job: at 64
+clients 0.276-0.324 ms -> 0.217-0.227 ms (0.74x), at 16 clients 0.154-0.169 ms ->
+0.133-0.149 ms (0.87x); WAL per job 2,683-2,719 -> 2,645-2,690 bytes. Jobs/s at 64
+clients, pair by pair: 4,487/3,807, 3,852/4,327, 4,275/5,069, 3,730/4,475 (0.85x, the
+first pair at load 2.9 against 5.7, then 1.12-1.20x). Wait events of the busy backends
+(round 4): ``Lock:transactionid`` (a row lock held to commit) 66 % -> 32 % of samples;
+what is left is mostly connections whose pids share a slot (64 clients on 16 rows), and
+the NOTIFY queue lock (``Lock:object``) is now the first wait, 11 % -> 56 %. The real
+drain (benchmarks/peer-adapter --mode drain --concurrency 64 --jobs 20000, one worker
+process, three alternated pairs, load 5.3-6.0) is not worse: 5,843 · 5,574 · 4,557 ->
+5,711 · 4,978 · 7,212 jobs/s, server CPU for the whole call 2.53-2.84 s -> 2.16-2.55 s
+(results/run7-backlog-slots-drains.txt).
 """
 
 from collections.abc import Sequence

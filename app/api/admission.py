@@ -8,8 +8,9 @@ work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
   function ``atlas_admission_count`` (migration ``e8f9a0b1c2d3``) takes a per-owner
   advisory lock held to the end of the creating transaction, then reads the owner's
   count of unfinished jobs with a snapshot taken after the lock was granted. The count
-  is the sum of the owner's rows of ``owner_backlog`` (migration ``c4d5e6f7a8b9``; at
-  most 16), kept exact by statement-level triggers on ``jobs`` in the writing
+  is the sum of the owner's rows of ``owner_backlog`` (migrations ``c4d5e6f7a8b9``,
+  ``f2a3b4c5d6e7``; at most 16, each one writing connection's share, possibly negative:
+  only the sum is the count), kept exact by statement-level triggers on ``jobs`` in the writing
   transaction itself: a primary-key range, the same for ten unfinished jobs or ten
   thousand (before, the function counted the jobs, a scan growing with the backlog);
   the jobs are written only when ``count + new <= cap``. Concurrent creations of one

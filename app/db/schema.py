@@ -391,11 +391,13 @@ idempotency_keys = Table(
 Index("ix_idempotency_keys_job_id", idempotency_keys.c.job_id)
 
 # The per-owner count of unfinished jobs that admission reads (``owner_backlog``): kept
-# exact by statement-level triggers on ``jobs`` (migration c4d5e6f7a8b9), never written
-# by the application. Each owner's count is split over 16 slots (a job counts in the
-# slot its id's last byte picks) so that concurrent finishes of one owner's jobs rarely
-# wait for the same row; admission sums the owner's rows. With room on the page, updates
-# are HOT.
+# exact by statement-level triggers on ``jobs`` (migrations c4d5e6f7a8b9, f2a3b4c5d6e7),
+# never written by the application. Each owner's count is split over 16 slots: a
+# statement adds its whole delta for an owner to the slot of its connection
+# (``pg_backend_pid() & 15``), so concurrent writers of one owner's jobs rarely wait for
+# the same row. A job may be counted up on one slot and down on another, so a row may be
+# negative: only the SUM of an owner's rows is its count (admission sums them). With room
+# on the page, updates are HOT.
 BACKLOG_STORAGE = {"fillfactor": "50", **APPENDED_STORAGE}
 
 owner_backlog = Table(
@@ -405,7 +407,6 @@ owner_backlog = Table(
     Column("slot", SmallInteger, nullable=False),
     Column("unfinished", BigInteger, nullable=False),
     PrimaryKeyConstraint("owner", "slot"),
-    CheckConstraint("unfinished >= 0", name="unfinished_not_negative"),
     CheckConstraint("slot >= 0 AND slot < 16", name="slot_in_range"),
     postgresql_with=BACKLOG_STORAGE,
 )

@@ -1,5 +1,6 @@
 """Revision e1f2a3b4c5d6 (cheaper triggers on ``jobs``) has the same effects as the
-triggers before it, statement for statement.
+triggers before it, statement for statement; so has revision f2a3b4c5d6e7 (the counters
+on the connection's slot), where what must stay equal is each owner's SUM of counter rows.
 
 One script of raw statements -- one-job and many-job inserts, updates that finish, unfinish,
 move a job to another owner or id, touch nothing the triggers count, reach a webhook event,
@@ -7,7 +8,9 @@ match no row; deletes; a multi-statement transaction; a counter driven below zer
 truncate -- runs on a database at the previous revision and on one at this revision, each
 statement its own transaction. After each: the same ``owner_backlog`` rows, the same outbox
 rows, the same notifications (``atlas_work`` payloads; ``atlas_job_changed``: the same ids in
-as many payloads of at most 100), and the same error when the statement fails.
+as many payloads of at most 100), and the same error when the statement fails. For revision
+f2a3b4c5d6e7 the statements alternate between two connections with different slots, so
+that jobs are counted up on one row and down on another.
 """
 
 from __future__ import annotations
@@ -26,8 +29,15 @@ from tests.support import Server, alembic
 
 PREVIOUS = "d0e1f2a3b4c5"
 REVISION = "e1f2a3b4c5d6"
+SLOT_REVISION = "f2a3b4c5d6e7"
 WEBHOOK = uuid.UUID("00000000-0000-4000-8000-00000000beef")
 COUNTERS = "SELECT owner, slot, unfinished FROM owner_backlog ORDER BY owner, slot"
+SUMS = (
+    "SELECT owner, sum(unfinished) FROM owner_backlog GROUP BY owner"
+    " HAVING sum(unfinished) <> 0 ORDER BY owner"
+)
+BELOW_ZERO = "SELECT count(*) FROM owner_backlog WHERE unfinished < 0"
+CONNECTION_SLOT = "SELECT pg_backend_pid() & 15"
 OUTBOX = "SELECT job_id, webhook_id, event FROM webhook_deliveries ORDER BY 1, 2, 3"
 
 
@@ -120,12 +130,33 @@ SCRIPT: tuple[str | tuple[str, ...], ...] = (
     (update([100], CANCEL), insert((300, "dave", "k1", "queued")), update([300], TOUCH)),
     f"DELETE FROM jobs WHERE id = '{job(17)}'",  # a finished one: nothing to take
     f"DELETE FROM jobs WHERE id IN ({ids(MANY[80:120])})",
-    # a counter row gone: one job finishing recreates it at 0 (as before), the next fails
-    f"DELETE FROM owner_backlog WHERE owner = 'dave' AND slot = {MANY[121] % 16}",
-    update([MANY[121]], CANCEL),
-    update([MANY[121 + 16]], CANCEL),
-    "TRUNCATE jobs CASCADE",
-    insert((1, "alice", "k1", "queued")),
+    *(
+        DAMAGE := (
+            # a counter row gone: one job finishing recreates it at 0 (as before), the next fails
+            f"DELETE FROM owner_backlog WHERE owner = 'dave' AND slot = {MANY[121] % 16}",
+            update([MANY[121]], CANCEL),
+            update([MANY[121 + 16]], CANCEL),
+        )
+    ),
+    *(END := ("TRUNCATE jobs CASCADE", insert((1, "alice", "k1", "queued")))),
+)
+
+# One owner's jobs, one finishing and one coming back in one statement: a delta of 0.
+SWAP = update(
+    [MANY[60], MANY[140]],
+    "state = CASE WHEN state = 'queued' THEN 'canceled' ELSE 'queued' END,"
+    " reason = CASE WHEN state = 'queued' THEN 'canceled' ELSE 'retry' END,"
+    " finished_at = CASE WHEN state = 'queued' THEN now() END, version = version + 1",
+)
+# Revision f2a3b4c5d6e7 removed the per-row CHECK, which the damage above ran into: no
+# longer the same effect by design (only the sums are the contract, and deleting a counter
+# row breaks them on both sides).
+SLOT_SCRIPT: tuple[str | tuple[str, ...], ...] = (
+    *(step for step in SCRIPT if step not in DAMAGE + END),
+    SWAP,
+    update([MANY[121], MANY[122], 3, 4], CANCEL),  # two owners at once
+    f"DELETE FROM jobs WHERE id IN ({ids([MANY[123], MANY[124], 5])})",
+    *END,
 )
 
 
@@ -135,19 +166,23 @@ class Side:
 
     script: asyncpg.Connection
     listener: asyncpg.Connection
+    other: asyncpg.Connection | None = None  # a second connection, another slot
+    counters: str = COUNTERS
     heard: list[tuple[str, str]] = field(default_factory=list)
 
     def listen(self, _: object, __: int, channel: str, payload: str) -> None:
         self.heard.append((channel, payload))
 
-    async def run(self, statements: Sequence[str]) -> tuple[Any, ...]:
-        """Run ``statements`` in one transaction; what the triggers did."""
+    async def run(self, statements: Sequence[str], *, on_other: bool = False) -> tuple[Any, ...]:
+        """Run ``statements`` in one transaction (on the other connection if asked and
+        there is one); what the triggers did."""
         self.heard.clear()
         failed = None
+        conn = self.other if on_other and self.other is not None else self.script
         try:
-            async with self.script.transaction():
+            async with conn.transaction():
                 for statement in statements:
-                    await self.script.execute(statement)
+                    await conn.execute(statement)
         except asyncpg.PostgresError as exc:
             failed = (exc.sqlstate, getattr(exc, "constraint_name", None))
         await self.script.execute("SELECT pg_notify('sentinel', '')")
@@ -159,7 +194,7 @@ class Side:
             raise AssertionError(f"the sentinel never came; heard {self.heard}")
         return (
             failed,
-            [tuple(row) for row in await self.script.fetch(COUNTERS)],
+            [tuple(row) for row in await self.script.fetch(self.counters)],
             [tuple(row) for row in await self.script.fetch(OUTBOX)],
             notifications(self.heard),
         )
@@ -177,19 +212,25 @@ def notifications(heard: list[tuple[str, str]]) -> tuple[Any, ...]:
 
 
 @asynccontextmanager
-async def side(pg_server: Server, revision: str) -> AsyncIterator[Side]:
+async def side(pg_server: Server, revision: str, *, sums: bool = False) -> AsyncIterator[Side]:
+    """A database at ``revision``; with ``sums``, a second script connection whose slot
+    differs from the first's, and the counters compared as each owner's sum."""
     async with pg_server.scratch_database() as url:
         await alembic(url, "upgrade", revision)
-        script = await asyncpg.connect(libpq_url(url))
-        listener = await asyncpg.connect(libpq_url(url))
+        opened = [await asyncpg.connect(libpq_url(url)) for _ in range(2)]
         try:
-            at = Side(script, listener)
+            at = Side(opened[0], opened[1])
+            if sums:
+                slot = await at.script.fetchval(CONNECTION_SLOT)
+                while await opened[-1].fetchval(CONNECTION_SLOT) == slot:
+                    opened.append(await asyncpg.connect(libpq_url(url)))
+                at.other, at.counters = opened[-1], SUMS
             for channel in ("atlas_job_changed", "atlas_work", "sentinel"):
-                await listener.add_listener(channel, at.listen)
+                await at.listener.add_listener(channel, at.listen)
             yield at
         finally:
-            await listener.close()
-            await script.close()
+            for conn in opened:
+                await conn.close()
 
 
 async def test_the_cheaper_triggers_do_what_the_previous_ones_did(pg_server: Server) -> None:
@@ -213,3 +254,22 @@ async def test_the_script_covers_each_path_of_the_new_triggers(pg_server: Server
     assert any(outbox for _, _, outbox, _ in seen)
     assert any(sizes == [50, 100] for _, _, _, (_, sizes, _) in seen)
     assert any(kinds == ["k1"] for _, _, _, (kinds, _, _) in seen)
+
+
+async def test_the_connection_slots_keep_every_owners_sum(pg_server: Server) -> None:
+    async with (
+        side(pg_server, REVISION, sums=True) as before,
+        side(pg_server, SLOT_REVISION, sums=True) as after,
+    ):
+        below_zero = 0
+        for number, step in enumerate(SLOT_SCRIPT):
+            statements = (step,) if isinstance(step, str) else step
+            on_other = number % 2 == 1
+            expected = await before.run(statements, on_other=on_other)
+            assert expected[0] is None, f"statement {number} failed: {step}"
+            assert await after.run(statements, on_other=on_other) == expected, (
+                f"statement {number}: {step}"
+            )
+            below_zero += await after.script.fetchval(BELOW_ZERO)
+        assert expected[1] == [("alice", 1)]
+    assert below_zero > 0  # the script reached a row below zero: only the sums count

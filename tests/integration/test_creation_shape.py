@@ -109,29 +109,43 @@ async def test_an_insert_runs_one_trigger_function_once(
     assert called == {"atlas_jobs_inserted": 1}
 
 
-async def test_the_state_reason_rule_is_one_call_of_a_plpgsql_function(
+async def test_each_written_table_has_one_check_a_call_of_a_plpgsql_function(
     engine: AsyncEngine,
 ) -> None:
-    """PostgreSQL re-reads and re-plans every CHECK of ``jobs`` on each statement that
-    writes it; the rule's ~10 kB inline form is a function call, planned once per
-    session (its meaning: tests/integration/test_vocabulary.py)."""
+    """PostgreSQL re-reads and re-plans every CHECK of a table on each statement that
+    writes it; the rules of ``jobs``, ``job_history`` and ``attempts`` are one call each
+    of an IMMUTABLE PL/pgSQL function, planned once per session (revision a3b4c5d6e7f8;
+    their meaning: tests/integration/test_vocabulary.py and test_row_rules.py)."""
     async with engine.connect() as conn:
-        definition = (
-            await conn.execute(
+        checks = {
+            row.table: row.definitions
+            for row in await conn.execute(
                 text(
-                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-                    " WHERE conname = 'ck_jobs_reason_matches_state'"
+                    "SELECT CAST(conrelid AS regclass)::text AS table,"
+                    " array_agg(pg_get_constraintdef(oid)) AS definitions FROM pg_constraint"
+                    " WHERE contype = 'c' AND CAST(conrelid AS regclass)::text"
+                    " IN ('jobs', 'job_history', 'attempts') GROUP BY 1"
                 )
             )
-        ).scalar_one()
-        language, volatility = (
-            await conn.execute(
+        }
+        functions = {
+            row.proname: (row.lanname, row.volatility)
+            for row in await conn.execute(
                 text(
-                    "SELECT l.lanname, CAST(p.provolatile AS text) FROM pg_proc AS p"
-                    " JOIN pg_language AS l ON l.oid = p.prolang"
-                    " WHERE p.proname = 'atlas_reason_fits'"
+                    "SELECT p.proname, l.lanname, CAST(p.provolatile AS text) AS volatility"
+                    " FROM pg_proc AS p JOIN pg_language AS l ON l.oid = p.prolang"
+                    " WHERE p.proname LIKE 'atlas_%_fits'"
                 )
             )
-        ).one()
-    assert definition == "CHECK (atlas_reason_fits(state, reason))"
-    assert (language, volatility) == ("plpgsql", "i")
+        }
+    assert {table: len(definitions) for table, definitions in checks.items()} == {
+        "jobs": 1,
+        "job_history": 1,
+        "attempts": 1,
+    }
+    assert checks["job_history"] == ["CHECK (atlas_job_history_fits(from_state, to_state))"]
+    assert checks["jobs"][0].startswith("CHECK (atlas_jobs_fits(state, reason, ")
+    assert functions == {
+        name: ("plpgsql", "i")
+        for name in ("atlas_jobs_fits", "atlas_job_history_fits", "atlas_attempts_fits")
+    }

@@ -51,6 +51,12 @@ ROUTINES = """
 SELECT proname::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace
 """
 TRIGGERS = "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal"
+# The functions the CHECKs of jobs, job_history and attempts call (app.db.row_rules): the
+# migration's frozen copies must be what the application generates, body and all.
+RULE_FUNCTIONS = r"""
+SELECT proname::text, pg_get_functiondef(oid) FROM pg_proc
+ WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'atlas\_%\_fits'
+"""
 
 
 async def snapshot(url: str, sql: str) -> Snapshot:
@@ -135,6 +141,7 @@ async def schema_diff(migrated: str, declared: str) -> dict[str, Snapshot]:
         ("indexes", INDEXES),
         ("columns", COLUMNS),
         ("storage", STORAGE),
+        ("rule functions", RULE_FUNCTIONS),
     ):
         have, want = await snapshot(migrated, sql), await snapshot(declared, sql)
         if have ^ want:
@@ -154,6 +161,7 @@ async def test_migrated_schema_equals_declared_schema(pg_server: Server) -> None
         assert await schema_diff(migrated, declared) == {}
         storage = dict(await snapshot(migrated, STORAGE))
         assert "fillfactor=80" in storage["jobs"].split(",")  # not two empty sets
+        assert len(await snapshot(migrated, RULE_FUNCTIONS)) == 3
 
 
 async def test_schema_diff_notices_a_changed_check(pg_server: Server) -> None:
@@ -166,12 +174,31 @@ async def test_schema_diff_notices_a_changed_check(pg_server: Server) -> None:
         await declared_schema(declared)
         await pg_server_execute(
             migrated,
-            "ALTER TABLE jobs DROP CONSTRAINT ck_jobs_state_known, "
-            "ADD CONSTRAINT ck_jobs_state_known CHECK (state IN ('queued', 'running'))",
+            "ALTER TABLE jobs DROP CONSTRAINT ck_jobs_rules, "
+            "ADD CONSTRAINT ck_jobs_rules CHECK (state IN ('queued', 'running'))",
         )
         diff = await schema_diff(migrated, declared)
         assert set(diff) == {"constraints"}
-        assert {row[1] for row in diff["constraints"]} == {"ck_jobs_state_known"}
+        assert {row[1] for row in diff["constraints"]} == {"ck_jobs_rules"}
+
+
+async def test_schema_diff_notices_a_changed_rule_function(pg_server: Server) -> None:
+    """The diff compares the functions the CHECKs call, not only the calls."""
+    async with (
+        pg_server.scratch_database() as migrated,
+        pg_server.scratch_database() as declared,
+    ):
+        await alembic(migrated, "upgrade", "head")
+        await declared_schema(declared)
+        await pg_server_execute(
+            migrated,
+            "CREATE OR REPLACE FUNCTION atlas_attempts_fits(p_outcome text, p_ended boolean)"
+            " RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE"
+            " AS $$ BEGIN RETURN true; END $$",
+        )
+        diff = await schema_diff(migrated, declared)
+        assert set(diff) == {"rule functions"}
+        assert {row[0] for row in diff["rule functions"]} == {"atlas_attempts_fits"}
 
 
 async def test_every_declared_check_exists_in_the_migrated_database(pg_server: Server) -> None:

@@ -1,6 +1,7 @@
-"""The rules of ``jobs``, ``job_history`` and ``attempts`` as one CHECK per table
-(app.db.row_rules, revision a3b4c5d6e7f8): a refused row still says which rule it broke,
-the way PostgreSQL said it of the former constraints, and each rule holds on writes.
+"""The rules of ``jobs`` as one CHECK, a call of ``atlas_jobs_fits`` (app.db.row_rules,
+revision a3b4c5d6e7f8): a refused row still says which rule it broke, the way PostgreSQL
+says it of a CHECK -- as the inline CHECKs of ``job_history`` and ``attempts`` still do,
+on every write tried here.
 
 Every rule of ``jobs`` is tried on a raw UPDATE in
 tests/integration/test_transitions.py (``RAW_VIOLATIONS``); the vocabularies in
@@ -53,7 +54,8 @@ async def test_a_refusal_names_the_rule_and_not_the_row(
 
 async def test_the_first_broken_rule_is_named(engine: AsyncEngine, jobs: JobFactory) -> None:
     """A row breaking several rules names the first in app.db.row_rules' order: the
-    vocabulary, then the former constraints' alphabetical order (PostgreSQL's)."""
+    vocabulary, then the former constraints' alphabetical order (the order PostgreSQL
+    checks a table's CHECKs in)."""
     made = await jobs.make(JobState.QUEUED)
     error = await refused(
         engine,

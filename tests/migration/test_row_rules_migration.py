@@ -1,8 +1,8 @@
-"""Revision a3b4c5d6e7f8 (one CHECK per table, a call of its rules function) on a
-database that already has jobs, attempts and history: the upgrade re-validates every
-row under the new constraints, the downgrade restores the former constraints exactly
-(as PostgreSQL renders them) and ``atlas_reason_fits``; both refuse a broken row naming
-the same rule."""
+"""Revision a3b4c5d6e7f8 (the CHECKs of jobs as one call of ``atlas_jobs_fits``) on a
+database that already has jobs in every state: the upgrade re-validates every row under
+the new constraint, the downgrade restores the former constraints exactly (as
+PostgreSQL renders them) and ``atlas_reason_fits``; both refuse a broken row naming the
+same rule."""
 
 from __future__ import annotations
 
@@ -22,21 +22,15 @@ PARENT = "e1f2a3b4c5d6"
 CHECKS = """
 SELECT CAST(conrelid AS regclass)::text, conname::text, pg_get_constraintdef(oid)
   FROM pg_constraint
- WHERE contype = 'c' AND CAST(conrelid AS regclass)::text IN ('jobs', 'job_history', 'attempts')
+ WHERE contype = 'c' AND CAST(conrelid AS regclass)::text = 'jobs'
 """
-FUNCTIONS = (
-    "SELECT proname::text FROM pg_proc"
-    " WHERE proname IN ('atlas_jobs_fits', 'atlas_job_history_fits', 'atlas_attempts_fits')"
-)
+FUNCTIONS = "SELECT proname::text FROM pg_proc WHERE proname = 'atlas_jobs_fits'"
 REASON_FITS = "SELECT proname::text FROM pg_proc WHERE proname = 'atlas_reason_fits'"
 BROKEN = (
     ("UPDATE jobs SET lease_expires_at = now() WHERE state = 'queued'", "ck_jobs_lease_iff_active"),
     ("UPDATE jobs SET reason = 'new' WHERE state = 'running'", "ck_jobs_reason_matches_state"),
-    (
-        "UPDATE job_history SET to_state = 'bogus' WHERE from_state IS NULL",
-        "ck_job_history_to_known",
-    ),
-    ("UPDATE attempts SET ended_at = now()", "ck_attempts_ended_iff_not_running"),
+    ("UPDATE jobs SET delivery_state = 'bogus'", "ck_jobs_delivery_state_known"),
+    ("UPDATE jobs SET error = NULL WHERE state = 'failed'", "ck_jobs_failed_has_error"),
 )
 
 
@@ -68,16 +62,12 @@ async def test_upgrade_and_downgrade_with_rows_keep_every_rule(pg_server: Server
             for state in JobState:
                 await jobs.make(state)
             former = await catalog(engine, CHECKS)
-            assert len(former) == 15
+            assert len(former) == 11
             expected = [rule for _, rule in BROKEN]
             assert await refusals(engine) == expected
 
             await alembic(url, "upgrade", REVISION)  # validates every row
-            assert {name for _, name, _ in await catalog(engine, CHECKS)} == {
-                "ck_jobs_rules",
-                "ck_job_history_rules",
-                "ck_attempts_rules",
-            }
+            assert {name for _, name, _ in await catalog(engine, CHECKS)} == {"ck_jobs_rules"}
             assert await catalog(engine, REASON_FITS) == set()
             assert await refusals(engine) == expected
             await jobs.make(JobState.SUCCEEDED)

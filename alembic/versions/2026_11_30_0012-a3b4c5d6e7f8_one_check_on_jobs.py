@@ -1,4 +1,4 @@
-"""Each of jobs, job_history and attempts: ONE CHECK constraint, a call of ONE function
+"""The eleven CHECK constraints of jobs: ONE constraint, a call of ONE function
 
 Revision ID: a3b4c5d6e7f8
 Revises: e1f2a3b4c5d6
@@ -8,28 +8,28 @@ PostgreSQL reads every CHECK constraint of a table from its stored node tree and
 again on every statement that writes the table (``ExecRelCheck``: ``stringToNode``,
 ``expression_planner``, ``ExecPrepareExpr``): on a one-job create (PostgreSQL 18,
 ``perf``) 21.5 % of the backend's CPU was in ``ExecConstraints``, 13.5 % re-reading the
-stored expressions, mostly the eleven of ``jobs`` and the two of ``job_history``. Now
-each table's rules are the arms of an IMMUTABLE PL/pgSQL function (planned once per
-session), and the table's one constraint, ``ck_<table>_rules``, stores one call of it:
-
-* ``jobs``: ``ck_jobs_rules`` calls ``atlas_jobs_fits`` with the columns the rules read
-  (whether a document is there, never the document); ``atlas_reason_fits`` (revision
-  d0e1f2a3b4c5) is folded into it and dropped;
-* ``job_history``: ``ck_job_history_rules`` calls ``atlas_job_history_fits``;
-* ``attempts``: ``ck_attempts_rules`` calls ``atlas_attempts_fits``.
+stored expressions, mostly the eleven of ``jobs``. Now they are the arms of an IMMUTABLE
+PL/pgSQL function, ``atlas_jobs_fits`` (planned once per session), called with the
+columns the rules read (whether a document is there, never the document), and
+``ck_jobs_rules`` stores that one call. ``atlas_reason_fits`` (revision d0e1f2a3b4c5) is
+folded into it and dropped.
 
 Same rules, SQL's three-valued logic kept (a NULL rule passes, as in a CHECK). A row
 breaking a rule is refused with ``check_violation`` naming the former constraint, worded
 as PostgreSQL words it (``new row for relation "jobs" violates check constraint
 "ck_jobs_lease_iff_active"``; also in the error's CONSTRAINT field), without the
-"Failing row contains" detail (a job's row holds its input). app.db.row_rules generates
-the functions; these are frozen copies of its output at this revision
-(tests/migration/test_row_rules_migration.py compares them with it).
+"Failing row contains" detail (the row holds the job's input). app.db.row_rules
+generates the function; this is a frozen copy of its output at this revision
+(tests/migration/test_migrations.py compares the migrated function with it).
 
 Backend CPU per statement (benchmarks/trigger_cpu.py, interleaved, PostgreSQL 18, load
-2-7 on 2 cores), e1f2a3b4c5d6 -> this revision: one-job creates and claims 0.92x, heartbeats
-and publications 0.96-0.97x; 100-job statements 0.96-1.02x (noise). Re-adding a
-constraint checks every row, holding the table's lock.
+2.4-3.3 on 2 cores, two runs with the sides swapped), e1f2a3b4c5d6 -> this revision:
+one-job creates 0.88x, claims 0.91x, heartbeats and publications 0.95x; 100-job
+statements 0.99-1.02x (a PL/pgSQL call per row costs about what eleven inline
+expressions did). ``job_history`` and ``attempts`` keep their two inline CHECKs each:
+folded the same way, one-job statements gained 1-5 % but 100-row statements lost 1-3 %
+(app.db.row_rules says why). Re-adding a constraint checks every row, holding the
+table's lock.
 """
 
 from collections.abc import Sequence
@@ -109,49 +109,6 @@ $$
 """
 JOBS_CHECK = "CHECK (atlas_jobs_fits(state, reason, delivery_state, finished_at IS NOT NULL, result_ref IS NOT NULL, current_attempt_id IS NOT NULL, lease_expires_at IS NOT NULL, wait_deadline_at IS NOT NULL, wait_on_deadline, error IS NOT NULL, attempt, charged_attempts, max_attempts, plan_revision))"
 
-HISTORY_FITS = """
-CREATE FUNCTION atlas_job_history_fits(p_from text, p_to text)
-RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-    IF (p_from IS NULL OR p_from IN ('cancel_requested', 'canceled', 'failed', 'queued', 'running', 'succeeded', 'unresolved', 'waiting')) IS NOT FALSE
-       AND (p_to IN ('cancel_requested', 'canceled', 'failed', 'queued', 'running', 'succeeded', 'unresolved', 'waiting')) IS NOT FALSE THEN
-        RETURN true;
-    END IF;
-    IF (p_from IS NULL OR p_from IN ('cancel_requested', 'canceled', 'failed', 'queued', 'running', 'succeeded', 'unresolved', 'waiting')) IS FALSE THEN
-        RAISE EXCEPTION USING ERRCODE = 'check_violation', TABLE = 'job_history',
-            CONSTRAINT = 'ck_job_history_from_known', MESSAGE = 'new row for relation "job_history" violates check constraint "ck_job_history_from_known"';
-    END IF;
-    IF (p_to IN ('cancel_requested', 'canceled', 'failed', 'queued', 'running', 'succeeded', 'unresolved', 'waiting')) IS FALSE THEN
-        RAISE EXCEPTION USING ERRCODE = 'check_violation', TABLE = 'job_history',
-            CONSTRAINT = 'ck_job_history_to_known', MESSAGE = 'new row for relation "job_history" violates check constraint "ck_job_history_to_known"';
-    END IF;
-    RETURN true;
-END
-$$
-"""
-HISTORY_CHECK = "CHECK (atlas_job_history_fits(from_state, to_state))"
-
-ATTEMPTS_FITS = """
-CREATE FUNCTION atlas_attempts_fits(p_outcome text, p_ended boolean)
-RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-    IF (p_outcome IN ('canceled', 'failed', 'lost', 'released', 'retry', 'running', 'succeeded', 'unresolved', 'waiting')) IS NOT FALSE
-       AND ((p_outcome = 'running') = NOT p_ended) IS NOT FALSE THEN
-        RETURN true;
-    END IF;
-    IF (p_outcome IN ('canceled', 'failed', 'lost', 'released', 'retry', 'running', 'succeeded', 'unresolved', 'waiting')) IS FALSE THEN
-        RAISE EXCEPTION USING ERRCODE = 'check_violation', TABLE = 'attempts',
-            CONSTRAINT = 'ck_attempts_outcome_known', MESSAGE = 'new row for relation "attempts" violates check constraint "ck_attempts_outcome_known"';
-    END IF;
-    IF ((p_outcome = 'running') = NOT p_ended) IS FALSE THEN
-        RAISE EXCEPTION USING ERRCODE = 'check_violation', TABLE = 'attempts',
-            CONSTRAINT = 'ck_attempts_ended_iff_not_running', MESSAGE = 'new row for relation "attempts" violates check constraint "ck_attempts_ended_iff_not_running"';
-    END IF;
-    RETURN true;
-END
-$$
-"""
-ATTEMPTS_CHECK = "CHECK (atlas_attempts_fits(outcome, ended_at IS NOT NULL))"
 
 # -- what the downgrade restores: the constraints as revision e1f2a3b4c5d6 has them
 # (pg_get_constraintdef), and revision d0e1f2a3b4c5's atlas_reason_fits ------------------
@@ -177,87 +134,57 @@ END
 $$
 """
 
-OLD_CHECKS = {
-    "jobs": (
-        (
-            "ck_jobs_blocked_only_when_abandoned",
-            "CHECK (((delivery_state <> 'blocked'::text) OR (state = ANY (ARRAY['failed'::text, 'canceled'::text]))))",
-        ),
-        (
-            "ck_jobs_counters_nonnegative",
-            "CHECK (((attempt >= 0) AND (charged_attempts >= 0) AND (max_attempts >= 1) AND (plan_revision >= 0)))",
-        ),
-        (
-            "ck_jobs_delivery_state_known",
-            "CHECK ((delivery_state = ANY (ARRAY['available'::text, 'blocked'::text, 'expired'::text, 'none'::text, 'partial_private'::text, 'staged_private'::text])))",
-        ),
-        ("ck_jobs_failed_has_error", "CHECK (((state <> 'failed'::text) OR (error IS NOT NULL)))"),
-        (
-            "ck_jobs_lease_iff_active",
-            "CHECK ((((state = ANY (ARRAY['running'::text, 'cancel_requested'::text])) = (current_attempt_id IS NOT NULL)) AND ((state = ANY (ARRAY['running'::text, 'cancel_requested'::text])) = (lease_expires_at IS NOT NULL))))",
-        ),
-        (
-            "ck_jobs_published_only_when_succeeded",
-            "CHECK (((delivery_state <> ALL (ARRAY['available'::text, 'expired'::text])) OR ((state = 'succeeded'::text) AND (result_ref IS NOT NULL))))",
-        ),
-        ("ck_jobs_reason_matches_state", "CHECK (atlas_reason_fits(state, reason))"),
-        (
-            "ck_jobs_state_known",
-            "CHECK ((state = ANY (ARRAY['cancel_requested'::text, 'canceled'::text, 'failed'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'unresolved'::text, 'waiting'::text])))",
-        ),
-        (
-            "ck_jobs_succeeded_has_published",
-            "CHECK (((state <> 'succeeded'::text) OR (delivery_state = ANY (ARRAY['available'::text, 'expired'::text]))))",
-        ),
-        (
-            "ck_jobs_terminal_iff_finished",
-            "CHECK (((state = ANY (ARRAY['canceled'::text, 'failed'::text, 'succeeded'::text])) = (finished_at IS NOT NULL)))",
-        ),
-        (
-            "ck_jobs_waiting_has_deadline",
-            "CHECK (((state <> 'waiting'::text) OR ((wait_deadline_at IS NOT NULL) AND (wait_on_deadline = ANY (ARRAY['fail'::text, 'escalate'::text])))))",
-        ),
+OLD_CHECKS = (
+    (
+        "ck_jobs_blocked_only_when_abandoned",
+        "CHECK (((delivery_state <> 'blocked'::text) OR (state = ANY (ARRAY['failed'::text, 'canceled'::text]))))",
     ),
-    "job_history": (
-        (
-            "ck_job_history_from_known",
-            "CHECK (((from_state IS NULL) OR (from_state = ANY (ARRAY['cancel_requested'::text, 'canceled'::text, 'failed'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'unresolved'::text, 'waiting'::text]))))",
-        ),
-        (
-            "ck_job_history_to_known",
-            "CHECK ((to_state = ANY (ARRAY['cancel_requested'::text, 'canceled'::text, 'failed'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'unresolved'::text, 'waiting'::text])))",
-        ),
+    (
+        "ck_jobs_counters_nonnegative",
+        "CHECK (((attempt >= 0) AND (charged_attempts >= 0) AND (max_attempts >= 1) AND (plan_revision >= 0)))",
     ),
-    "attempts": (
-        (
-            "ck_attempts_ended_iff_not_running",
-            "CHECK (((outcome = 'running'::text) = (ended_at IS NULL)))",
-        ),
-        (
-            "ck_attempts_outcome_known",
-            "CHECK ((outcome = ANY (ARRAY['canceled'::text, 'failed'::text, 'lost'::text, 'released'::text, 'retry'::text, 'running'::text, 'succeeded'::text, 'unresolved'::text, 'waiting'::text])))",
-        ),
+    (
+        "ck_jobs_delivery_state_known",
+        "CHECK ((delivery_state = ANY (ARRAY['available'::text, 'blocked'::text, 'expired'::text, 'none'::text, 'partial_private'::text, 'staged_private'::text])))",
     ),
-}
-
-NEW = {
-    "jobs": ("atlas_jobs_fits", JOBS_FITS, JOBS_CHECK),
-    "job_history": ("atlas_job_history_fits", HISTORY_FITS, HISTORY_CHECK),
-    "attempts": ("atlas_attempts_fits", ATTEMPTS_FITS, ATTEMPTS_CHECK),
-}
+    ("ck_jobs_failed_has_error", "CHECK (((state <> 'failed'::text) OR (error IS NOT NULL)))"),
+    (
+        "ck_jobs_lease_iff_active",
+        "CHECK ((((state = ANY (ARRAY['running'::text, 'cancel_requested'::text])) = (current_attempt_id IS NOT NULL)) AND ((state = ANY (ARRAY['running'::text, 'cancel_requested'::text])) = (lease_expires_at IS NOT NULL))))",
+    ),
+    (
+        "ck_jobs_published_only_when_succeeded",
+        "CHECK (((delivery_state <> ALL (ARRAY['available'::text, 'expired'::text])) OR ((state = 'succeeded'::text) AND (result_ref IS NOT NULL))))",
+    ),
+    ("ck_jobs_reason_matches_state", "CHECK (atlas_reason_fits(state, reason))"),
+    (
+        "ck_jobs_state_known",
+        "CHECK ((state = ANY (ARRAY['cancel_requested'::text, 'canceled'::text, 'failed'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'unresolved'::text, 'waiting'::text])))",
+    ),
+    (
+        "ck_jobs_succeeded_has_published",
+        "CHECK (((state <> 'succeeded'::text) OR (delivery_state = ANY (ARRAY['available'::text, 'expired'::text]))))",
+    ),
+    (
+        "ck_jobs_terminal_iff_finished",
+        "CHECK (((state = ANY (ARRAY['canceled'::text, 'failed'::text, 'succeeded'::text])) = (finished_at IS NOT NULL)))",
+    ),
+    (
+        "ck_jobs_waiting_has_deadline",
+        "CHECK (((state <> 'waiting'::text) OR ((wait_deadline_at IS NOT NULL) AND (wait_on_deadline = ANY (ARRAY['fail'::text, 'escalate'::text])))))",
+    ),
+)
 
 
 def upgrade() -> None:
-    for table, (_, create, check) in NEW.items():
-        op.execute(create)
-        drops = ", ".join(f"DROP CONSTRAINT {name}" for name, _ in OLD_CHECKS[table])
-        op.execute(f"ALTER TABLE {table} {drops}, ADD CONSTRAINT ck_{table}_rules {check}")
+    op.execute(JOBS_FITS)
+    drops = ", ".join(f"DROP CONSTRAINT {name}" for name, _ in OLD_CHECKS)
+    op.execute(f"ALTER TABLE jobs {drops}, ADD CONSTRAINT ck_jobs_rules {JOBS_CHECK}")
     op.execute("DROP FUNCTION atlas_reason_fits(text, text)")
 
 
 def downgrade() -> None:
     op.execute(REASON_FITS)
-    for table, (function, _, _) in NEW.items():
-        adds = ", ".join(f"ADD CONSTRAINT {name} {check}" for name, check in OLD_CHECKS[table])
-        op.execute(f"ALTER TABLE {table} DROP CONSTRAINT ck_{table}_rules, {adds}")
-        op.execute(f"DROP FUNCTION {function}")
+    adds = ", ".join(f"ADD CONSTRAINT {name} {check}" for name, check in OLD_CHECKS)
+    op.execute(f"ALTER TABLE jobs DROP CONSTRAINT ck_jobs_rules, {adds}")
+    op.execute("DROP FUNCTION atlas_jobs_fits")

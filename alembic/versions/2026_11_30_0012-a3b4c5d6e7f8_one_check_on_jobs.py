@@ -23,13 +23,13 @@ generates the function; this is a frozen copy of its output at this revision
 (tests/migration/test_migrations.py compares the migrated function with it).
 
 Backend CPU per statement (benchmarks/trigger_cpu.py, interleaved, PostgreSQL 18, load
-2.4-3.3 on 2 cores, two runs with the sides swapped), e1f2a3b4c5d6 -> this revision:
-one-job creates 0.88x, claims 0.91x, heartbeats and publications 0.95x; 100-job
-statements 0.99-1.02x (a PL/pgSQL call per row costs about what eleven inline
-expressions did). ``job_history`` and ``attempts`` keep their two inline CHECKs each:
-folded the same way, one-job statements gained 1-5 % but 100-row statements lost 1-3 %
-(app.db.row_rules says why). Re-adding a constraint checks every row, holding the
-table's lock.
+1.7-2.2 on 2 cores, two runs with the sides swapped), e1f2a3b4c5d6 -> this revision:
+one-job creates 0.90-0.91x (~37 us), claims 0.93x, heartbeats 0.95-0.96x, publications
+0.96-0.97x; 100-job statements 0.95-1.02x (creates 1.02x: a PL/pgSQL call per row costs
+~0.4 us more than the eleven inline expressions). ``job_history`` and ``attempts`` keep
+their two inline CHECKs each: folded the same way, one-job statements gained 1-5 % but
+100-row statements lost 1-3 % (app.db.row_rules says why). Re-adding a constraint checks
+every row, holding the table's lock.
 """
 
 from collections.abc import Sequence

@@ -8,8 +8,9 @@ IMMUTABLE PL/pgSQL function, which a session plans once; the table's one constra
 (``ck_jobs_rules``) stores that call. (Not ``LANGUAGE sql``: an SQL function is inlined
 into the expression, and so re-read and re-planned with it.)
 
-The price is a PL/pgSQL call per row (~0.5 us), which for ``jobs`` is about what its
-eleven inline expressions cost per row, so a 100-job statement pays nothing more. Not
+The price is a PL/pgSQL call per row, a little more than the eleven inline expressions
+of ``jobs`` cost per row: one-job statements 3-10 % less backend CPU, 100-job creates
+2 % more (~0.4 us per job; benchmarks/trigger_cpu.py, revision a3b4c5d6e7f8). Not
 for ``job_history`` and ``attempts`` (two small CHECKs each): there the call saved ~6 us
 per one-row statement but cost ~0.5 us more per row than the inline pair (a bare copy of
 ``job_history``: +25 us per one-row INSERT for the inline CHECKs, +18 us for the call;

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import metrics
 from app.clock import NOW_SQL, Clock
-from app.db.schema import sql_list
+from app.db.row_rules import sql_list
 from app.lifecycle import (
     ACTIVE_STATES,
     STATE_REASONS,

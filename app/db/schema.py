@@ -1,12 +1,12 @@
 """The declared schema. Alembic migrations must produce exactly this (``alembic check``).
 
-CHECK constraints are generated from :mod:`app.lifecycle`, so the database refuses any
+CHECK constraints are generated from :mod:`app.lifecycle` (those of ``jobs`` by
+:mod:`app.db.row_rules`), so the database refuses any
 value or combination the lifecycle does not allow, even from a buggy writer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
@@ -32,11 +32,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
 from app.lifecycle import (
     ALL_ATTEMPT_OUTCOMES,
-    ALL_DELIVERY_STATES,
     ALL_STATES,
-    STATE_REASONS,
     TERMINAL_STATES,
     DeliveryState,
     JobState,
@@ -54,49 +53,18 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-
-def sql_list(values: Iterable[str]) -> str:
-    """A SQL literal list of constant vocabulary values (never user input)."""
-    return ", ".join(f"'{v}'" for v in sorted(values))
-
-
 TERMINAL_SQL = sql_list(TERMINAL_STATES)
 
 
-def state_reason_rule(state: str, reason: str) -> str:
-    """Whether ``reason`` is one ``STATE_REASONS`` allows in ``state`` (two SQL names)."""
-    arms = [
-        f"({state} = '{s}' AND {reason} IN ({sql_list(reasons)}))"
-        for s, reasons in sorted(STATE_REASONS.items())
-    ]
-    return " OR ".join(arms)
+# The rules of ``jobs`` are ONE CHECK constraint calling ONE IMMUTABLE PL/pgSQL function
+# (app.db.row_rules: why, which tables not, and how a refusal still names the rule it
+# broke). Revision a3b4c5d6e7f8 wrote the function (frozen there); ``metadata.create_all``
+# creates it before the tables (the declared-schema test).
+def _create_row_rules(_metadata: MetaData, connection: Connection, **_kw: Any) -> None:
+    connection.exec_driver_sql(JOB_RULES.create_function())
 
 
-# PostgreSQL reads every CHECK constraint of a table from its stored node tree and plans
-# it again on EVERY statement that writes the table (ExecRelCheck, up to PostgreSQL 17):
-# the rule above, written inline, was ~10 kB of node text with four arrays to fold, and
-# cost ~40 us of server CPU per statement writing ``jobs`` (an INSERT of one row: 70 us
-# with it alone, 32 us without, 36 us as this function; issue 9). As an IMMUTABLE
-# PL/pgSQL function it is planned once per session; the constraint is a function call.
-# Revision d0e1f2a3b4c5 wrote it (frozen there); ``metadata.create_all`` creates it
-# before the tables (the declared-schema test), and tests/integration/test_vocabulary.py
-# compares what it accepts with ``STATE_REASONS``.
-REASON_FITS = "atlas_reason_fits"
-REASON_FITS_FUNCTION = f"""
-CREATE FUNCTION {REASON_FITS}(p_state text, p_reason text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-    RETURN {state_reason_rule("p_state", "p_reason")};
-END
-$$
-"""
-
-
-def _create_reason_fits(_metadata: MetaData, connection: Connection, **_kw: Any) -> None:
-    connection.exec_driver_sql(REASON_FITS_FUNCTION)
-
-
-event.listen(metadata, "before_create", _create_reason_fits)
+event.listen(metadata, "before_create", _create_row_rules)
 
 
 # Storage parameters of the tables that churn (PGQueuer's ``pgq autovac``, Oban's
@@ -164,49 +132,7 @@ jobs = Table(
     PrimaryKeyConstraint("id"),
     # No unique index on seq: an identity column never repeats, and every index that is
     # not partial costs an insertion on each state change (state changes are not HOT).
-    CheckConstraint(f"state IN ({sql_list(ALL_STATES)})", name="state_known"),
-    CheckConstraint(f"{REASON_FITS}(state, reason)", name="reason_matches_state"),
-    CheckConstraint(
-        f"delivery_state IN ({sql_list(ALL_DELIVERY_STATES)})", name="delivery_state_known"
-    ),
-    CheckConstraint(
-        f"(state IN ({TERMINAL_SQL})) = (finished_at IS NOT NULL)",
-        name="terminal_iff_finished",
-    ),
-    CheckConstraint(
-        f"delivery_state NOT IN ('{DeliveryState.AVAILABLE}', '{DeliveryState.EXPIRED}') "
-        f"OR (state = '{JobState.SUCCEEDED}' AND result_ref IS NOT NULL)",
-        name="published_only_when_succeeded",
-    ),
-    CheckConstraint(
-        f"delivery_state <> '{DeliveryState.BLOCKED}' "
-        f"OR state IN ('{JobState.FAILED}', '{JobState.CANCELED}')",
-        name="blocked_only_when_abandoned",
-    ),
-    CheckConstraint(
-        f"state <> '{JobState.SUCCEEDED}' "
-        f"OR delivery_state IN ('{DeliveryState.AVAILABLE}', '{DeliveryState.EXPIRED}')",
-        name="succeeded_has_published",
-    ),
-    # Both halves separately: a job no worker holds carries neither a lease nor a
-    # fencing token (a stray attempt id on a queued job would outlive its attempt).
-    CheckConstraint(
-        f"(state IN ('{JobState.RUNNING}', '{JobState.CANCEL_REQUESTED}')) "
-        "= (current_attempt_id IS NOT NULL) "
-        f"AND (state IN ('{JobState.RUNNING}', '{JobState.CANCEL_REQUESTED}')) "
-        "= (lease_expires_at IS NOT NULL)",
-        name="lease_iff_active",
-    ),
-    CheckConstraint(
-        f"state <> '{JobState.WAITING}' OR "
-        "(wait_deadline_at IS NOT NULL AND wait_on_deadline IN ('fail', 'escalate'))",
-        name="waiting_has_deadline",
-    ),
-    CheckConstraint(f"state <> '{JobState.FAILED}' OR error IS NOT NULL", name="failed_has_error"),
-    CheckConstraint(
-        "attempt >= 0 AND charged_attempts >= 0 AND max_attempts >= 1 AND plan_revision >= 0",
-        name="counters_nonnegative",
-    ),
+    CheckConstraint(JOB_RULES.check, name=RULES_NAME),
     postgresql_with=JOBS_STORAGE,
 )
 

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.row_rules import JOB_RULES
 from app.db.schema import job_history, jobs
 from app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
@@ -109,29 +110,33 @@ async def test_an_insert_runs_one_trigger_function_once(
     assert called == {"atlas_jobs_inserted": 1}
 
 
-async def test_the_state_reason_rule_is_one_call_of_a_plpgsql_function(
-    engine: AsyncEngine,
-) -> None:
+async def test_the_jobs_rules_are_one_call_of_a_plpgsql_function(engine: AsyncEngine) -> None:
     """PostgreSQL re-reads and re-plans every CHECK of ``jobs`` on each statement that
-    writes it; the rule's ~10 kB inline form is a function call, planned once per
-    session (its meaning: tests/integration/test_vocabulary.py)."""
+    writes it; the eleven rules are one call of an IMMUTABLE PL/pgSQL function, planned
+    once per session (revision a3b4c5d6e7f8; their meaning: test_vocabulary.py,
+    test_row_rules.py and ``RAW_VIOLATIONS`` in test_transitions.py)."""
     async with engine.connect() as conn:
-        definition = (
-            await conn.execute(
-                text(
-                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-                    " WHERE conname = 'ck_jobs_reason_matches_state'"
+        definitions = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                        " WHERE contype = 'c' AND conrelid = CAST('jobs' AS regclass)"
+                    )
                 )
             )
-        ).scalar_one()
+            .scalars()
+            .all()
+        )
         language, volatility = (
             await conn.execute(
                 text(
                     "SELECT l.lanname, CAST(p.provolatile AS text) FROM pg_proc AS p"
                     " JOIN pg_language AS l ON l.oid = p.prolang"
-                    " WHERE p.proname = 'atlas_reason_fits'"
+                    " WHERE p.proname = 'atlas_jobs_fits'"
                 )
             )
         ).one()
-    assert definition == "CHECK (atlas_reason_fits(state, reason))"
+    [definition] = definitions
+    assert definition.startswith(f"CHECK ({JOB_RULES.function}(state, reason, delivery_state, ")
     assert (language, volatility) == ("plpgsql", "i")

@@ -752,6 +752,14 @@ RAW_VIOLATIONS = [
     (JobState.QUEUED, "state = 'succeeded', reason = 'published'", "ck_jobs_"),
     (JobState.RUNNING, "reason = 'new'", "ck_jobs_reason_matches_state"),
     (JobState.QUEUED, "charged_attempts = -1", "ck_jobs_counters_nonnegative"),
+    (JobState.QUEUED, "attempt = -1", "ck_jobs_counters_nonnegative"),
+    (JobState.QUEUED, "max_attempts = 0", "ck_jobs_counters_nonnegative"),
+    (JobState.QUEUED, "plan_revision = -1", "ck_jobs_counters_nonnegative"),
+    (JobState.QUEUED, "state = 'bogus'", "ck_jobs_state_known"),
+    (JobState.QUEUED, "delivery_state = 'bogus'", "ck_jobs_delivery_state_known"),
+    (JobState.QUEUED, "lease_expires_at = now()", "ck_jobs_lease_iff_active"),
+    (JobState.FAILED, "finished_at = NULL", "ck_jobs_terminal_iff_finished"),
+    (JobState.WAITING, "wait_on_deadline = 'bogus'", "ck_jobs_waiting_has_deadline"),
 ]
 
 

@@ -10,6 +10,7 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY alembic ./alembic
+COPY atlas_jobs ./atlas_jobs
 COPY app ./app
 COPY workers ./workers
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[s3]"

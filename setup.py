@@ -2,8 +2,8 @@
 
 The alembic scripts stay in the top-level ``alembic/`` folder of the checkout (where
 alembic and the developers expect them); building copies them into the package as
-``app/migrations``, so an installed Atlas Jobs can ``atlas-jobs migrate`` and check its
-schema without a checkout (``app.db.migrations.script_location``).
+``atlas_jobs/_app/migrations``, so an installed Atlas Jobs can ``atlas-jobs migrate`` and check its
+schema without a checkout (``atlas_jobs._app.db.migrations.script_location``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class BuildPyWithMigrations(build_py):
     def run(self) -> None:
         super().run()
         source = Path(__file__).resolve().parent / "alembic"
-        target = Path(self.build_lib) / "app" / "migrations"
+        target = Path(self.build_lib) / "atlas_jobs" / "_app" / "migrations"
         shutil.copytree(
             source,
             target,

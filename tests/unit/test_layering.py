@@ -35,7 +35,8 @@ def test_routers_never_write_jobs_nor_lock_rows() -> None:
 
 
 def test_routers_hold_no_sql() -> None:
-    """Reads live in app.db.reads, writes in app.transitions: no SQL in a router."""
+    """Reads live in atlas_jobs._app.db.reads, writes in atlas_jobs._app.transitions: no SQL
+    in a router."""
     offenders = [
         path.name
         for path in route_modules()
@@ -57,8 +58,8 @@ def test_the_checks_above_can_fail(tmp_path: Path) -> None:
 
 
 def test_only_the_executor_and_its_named_sql_write_job_rows() -> None:
-    """``UPDATE jobs`` / ``INSERT INTO jobs`` appear only in app.db.moves (every
-    transition) and app.db.queries (creation and claiming)."""
+    """``UPDATE jobs`` / ``INSERT INTO jobs`` appear only in atlas_jobs._app.db.moves (every
+    transition) and atlas_jobs._app.db.queries (creation and claiming)."""
     homes = {ROOT / "app" / "db" / "moves.py", ROOT / "app" / "db" / "queries.py"}
     offenders = [
         str(path.relative_to(ROOT))
@@ -67,3 +68,23 @@ def test_only_the_executor_and_its_named_sql_write_job_rows() -> None:
         if path not in homes and WRITES_TO_JOBS.search(path.read_text())
     ]
     assert offenders == []
+
+
+TOP_LEVEL_IMPORT = re.compile(r"^\s*(from|import)\s+(app|workers)(\.|\s|$)", re.MULTILINE)
+
+
+def test_nothing_imports_the_folders_as_top_level_packages() -> None:
+    """The distribution installs one top-level package, ``atlas_jobs``: the folders
+    ``app/`` and ``workers/`` are its internal ``atlas_jobs._app`` and
+    ``atlas_jobs._workers``, so a user's own ``app`` and ``workers`` packages can sit
+    beside it. Importing a folder by its own name would load every module twice."""
+    sources = [
+        path
+        for folder in ("app", "workers", "atlas_jobs", "tests", "benchmarks", "chaos", "scripts")
+        if (ROOT / folder).is_dir() and not (ROOT / folder).is_symlink()
+        for path in (ROOT / folder).rglob("*.py")
+    ]
+    offenders = [
+        str(path.relative_to(ROOT)) for path in sources if TOP_LEVEL_IMPORT.search(path.read_text())
+    ]
+    assert sources and offenders == []

@@ -1,0 +1,3 @@
+"""Atlas Jobs: the public API for the people who write job kinds."""
+
+__all__: list[str] = []

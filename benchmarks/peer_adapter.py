@@ -71,7 +71,7 @@ from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from atlas_jobs._workers import eventloop
 from atlas_jobs._workers.context import JobContext
-from atlas_jobs._workers.handlers import HANDLERS, PublishPlan, registry
+from atlas_jobs._workers.handlers import PublishPlan, registry
 from atlas_jobs._workers.pool import MAX_CLAIM, WorkerPool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,7 +258,7 @@ class Atlas:
         await self.transitions.create(conn, self.new_job(seq), actor=PRODUCER)
 
     def pool(self, concurrency: int) -> WorkerPool:
-        noop = HANDLERS[NOOP_KEY]
+        noop = registry()[NOOP_KEY]
         on_job = self.on_job
 
         async def timed_noop(ctx: JobContext) -> PublishPlan:
@@ -270,7 +270,7 @@ class Atlas:
             database_url=self.url,
             concurrency=concurrency,
             worker_id=f"bench-{uuid.uuid4().hex[:6]}",
-            handlers=registry({NOOP_KEY: timed_noop}),
+            handlers={NOOP_KEY: timed_noop},
         )
 
     async def close(self) -> None:

@@ -24,7 +24,7 @@ from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.logs import configure_logging
 from atlas_jobs._app.settings import get_settings
 from atlas_jobs._workers.context import JobContext
-from atlas_jobs._workers.handlers import HANDLERS, Handler, PublishPlan, registry
+from atlas_jobs._workers.handlers import Handler, PublishPlan, registry
 from atlas_jobs._workers.pool import WorkerPool
 
 RAISE_TAG = "chaos-poison-raise"
@@ -50,7 +50,7 @@ def poisoned(real: Handler) -> Handler:
 async def serve(concurrency: int, worker_id: str) -> None:
     settings = get_settings()
     configure_logging(settings)
-    handlers = dict(HANDLERS)
+    handlers = registry()
     key = handler_key("atlas.noop", 1)
     handlers[key] = poisoned(handlers[key])
     stop = asyncio.Event()
@@ -62,7 +62,7 @@ async def serve(concurrency: int, worker_id: str) -> None:
         database_url=resolve_database_url(settings),
         concurrency=concurrency,
         worker_id=worker_id,
-        handlers=registry(handlers),
+        handlers=handlers,
     )
     try:
         await pool.run(stop)

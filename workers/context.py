@@ -199,6 +199,13 @@ class JobContext:
         """Whether an earlier attempt (or this one) checkpointed this unit."""
         return self._checkpoints is not None and (stage, unit) in self._checkpoints
 
+    def checkpoint_data(self, stage: str, unit: str) -> Mapping[str, Any] | None:
+        """The data checkpointed with a unit (``None`` when none, or not done)."""
+        if self._checkpoints is None:
+            return None
+        data = self._checkpoints.get((stage, unit))
+        return data if isinstance(data, Mapping) else None
+
     # -- fenced writes --------------------------------------------------------------------
 
     async def _fenced(self, write: Callable[[AsyncConnection], Awaitable[MoveResult]]) -> Applied:

@@ -325,7 +325,7 @@ class JobRunner:
         if ctx.cancel_requested:
             return await self._cancel(ctx)
         job, t = ctx.job, self.transitions
-        delay = retry.kind_backoff(job.kind, job.charged_attempts)
+        delay = retry.kind_backoff(job.kind, job.charged_attempts, version=job.kind_version)
         outcome = await self._end(
             ctx,
             lambda c: t.recover(

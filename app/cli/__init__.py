@@ -93,11 +93,44 @@ def migrate(
 
 HostOption = Annotated[str, typer.Option(envvar=["ATLAS_HOST", "HOST"], help="Interface to bind.")]
 PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TCP port.")]
+KindsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kinds",
+        help=(
+            "A module of your own that declares job kinds (repeat it, or separate modules "
+            "with commas); added to ATLAS_KINDS for this process and those it starts."
+        ),
+    ),
+]
+
+
+def load_kinds(modules: list[str] | None) -> None:
+    """Load the declared kinds now (before anything is served), adding ``modules`` to
+    ``ATLAS_KINDS`` so the processes started from here load the same ones. A module
+    that fails to import, or a kind declared twice, is one line and exit code 1."""
+    from atlas_jobs._app.cli.preflight import CliFailure
+    from atlas_jobs._app.kinds import KINDS, KindLoadError
+    from atlas_jobs._app.kinds.registry import KINDS_VARIABLE, load
+
+    if modules:
+        named = [m.strip() for item in modules for m in item.split(",") if m.strip()]
+        before = [m for m in os.environ.get(KINDS_VARIABLE, "").split(",") if m.strip()]
+        os.environ[KINDS_VARIABLE] = ",".join(dict.fromkeys([*before, *named]))
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a project's own package, as `python -m` finds it
+    try:
+        KINDS.use(load())
+    except KindLoadError as exc:
+        raise CliFailure(str(exc)) from None
 
 
 @app.command()
-def api(host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT) -> None:
+def api(
+    host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT, kinds: KindsOption = None
+) -> None:
     """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
+    load_kinds(kinds)
     from atlas_jobs._app.api.main import create_app
     from atlas_jobs._app.api.serving import run_api
     from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
@@ -124,8 +157,10 @@ def worker(
     metrics_host: Annotated[str, typer.Option(help="Interface for --metrics-port.")] = (
         DEFAULT_HOST
     ),
+    kinds: KindsOption = None,
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
+    load_kinds(kinds)
     from atlas_jobs._app.api.views import status_document
     from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
     from atlas_jobs._app.logs import configure_logging
@@ -152,6 +187,7 @@ def serve(
     port: PortOption = DEFAULT_PORT,
     workers: Annotated[int, typer.Option(min=0, help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs per worker process.")] = 4,
+    kinds: KindsOption = None,
 ) -> None:
     """Serve the API and a pool of worker processes together.
 
@@ -162,6 +198,7 @@ def serve(
     """
     from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port, where
 
+    load_kinds(kinds)
     url = database_url()
     require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
     require_free_port(host, port)
@@ -274,8 +311,11 @@ def _say(settings: Settings, event: str, line: str, **fields: object) -> None:
 @app.command()
 def openapi(
     output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    kinds: KindsOption = None,
 ) -> None:
-    """Print (or write) the OpenAPI document generated from the app."""
+    """Print (or write) the OpenAPI document generated from the app: each loaded kind's
+    input is a schema of its own (a union discriminated by `kind`)."""
+    load_kinds(kinds)
     from atlas_jobs._app.api.openapi_doc import render_openapi
 
     text = render_openapi()

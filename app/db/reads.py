@@ -26,6 +26,7 @@ from atlas_jobs._app.db.schema import (
     idempotency_keys,
     job_checkpoints,
     job_history,
+    job_signals,
     job_stages,
     jobs,
 )
@@ -405,3 +406,25 @@ async def has_transition(conn: AsyncConnection, job_id: uuid.UUID, name: Transit
 async def operations_of(conn: AsyncConnection, job_id: uuid.UUID) -> list[Row[Any]]:
     """A job's external operations, oldest first."""
     return list((await conn.execute(JOB_OPERATIONS, {"job_id": job_id})).all())
+
+
+async def signal_since_last_wait(conn: AsyncConnection, job_id: uuid.UUID) -> Row[Any] | None:
+    """The newest signal received since the job last began to wait for an external
+    event (``event_id``, ``data``), or ``None``: not waited yet, or no signal since."""
+    began = (
+        select(func.max(job_history.c.at))
+        .where(
+            job_history.c.job_id == job_id,
+            job_history.c.to_state == JobState.WAITING.value,
+            job_history.c.reason == "external",
+        )
+        .scalar_subquery()
+    )
+    query: Select[Any] = (
+        select(job_signals.c.event_id, job_signals.c.data)
+        .where(job_signals.c.job_id == job_id, job_signals.c.received_at >= began)
+        .order_by(job_signals.c.received_at.desc())
+        .limit(1)
+    )
+    found: Row[Any] | None = (await conn.execute(query)).first()
+    return found

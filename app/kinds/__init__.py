@@ -1,6 +1,22 @@
-"""Job kinds: what a client may submit. Shared by the API (validation) and the workers
-(handlers are registered in ``atlas_jobs._workers.handlers`` against these specs)."""
+"""Job kinds: the declarations this process loaded (:mod:`.registry`). Shared by the API
+(validation, the OpenAPI document) and the workers (handlers)."""
 
-from atlas_jobs._app.kinds.registry import KINDS, KindSpec, get_kind, handler_key
+from atlas_jobs._app.kinds.registry import (
+    KINDS,
+    KindLoadError,
+    KindSpec,
+    Registry,
+    declared_kind,
+    get_kind,
+    handler_key,
+)
 
-__all__ = ["KINDS", "KindSpec", "get_kind", "handler_key"]
+__all__ = [
+    "KINDS",
+    "KindLoadError",
+    "KindSpec",
+    "Registry",
+    "declared_kind",
+    "get_kind",
+    "handler_key",
+]

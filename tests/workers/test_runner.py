@@ -9,7 +9,6 @@ directly, and time moves with the test clock instead of sleeping.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -399,16 +398,14 @@ async def test_a_partial_package_handed_to_publication_fails_as_an_illegal_move(
 
 
 async def test_a_bundle_killed_between_its_publication_rename_and_commit_is_published_later(
-    harness: Harness,
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chaos (kill -9 storm) found it: a worker killed after moving the staged files into
     the owner's area but before the publication committed left a job whose units are
     checkpointed but whose staged files are gone. The next attempt rebuilds them -- without
     asking delivery to go back from ``staged_private`` to ``partial_private`` (refused,
     which failed the job as ``illegal_move``) -- and publishes."""
-    harness = dataclasses.replace(
-        harness, settings=harness.settings.model_copy(update={"bundle_time_scale": 0.0})
-    )
+    monkeypatch.setenv("ATLAS_BUNDLE_TIME_SCALE", "0")
     key = "atlas.bundle@1"
     bundle = registry()[key]
     async with harness.engine.begin() as conn:

@@ -140,7 +140,12 @@ def _kinds_in(value: object) -> list[Kind[Any]]:
     if isinstance(value, Kind):
         return [value]
     if isinstance(value, ModuleType):
-        return [v for v in vars(value).values() if isinstance(v, Kind)]
+        found = [v for v in vars(value).values() if isinstance(v, Kind)]
+        if not found:
+            raise KindLoadError(
+                f"the kinds module {value.__name__!r} holds no atlas_jobs.Kind at its top level"
+            )
+        return found
     if isinstance(value, Iterable) and not isinstance(value, str | bytes):
         found = [v for v in value if isinstance(v, Kind)]
         if found:

@@ -14,8 +14,12 @@ Everything measured is the project's real code, nothing skipped:
 * creation goes through :meth:`atlas_jobs._app.transitions.Transitions.create` (one job, its own
   transaction) and :meth:`~atlas_jobs._app.transitions.Transitions.create_many` (one statement per
   batch, history rows included);
-* jobs are ``atlas.noop`` v1, run by the real :class:`atlas_jobs._workers.pool.WorkerPool` with the
-  real handler registry (the noop handler is wrapped only to note when it starts);
+* jobs are ``bench.noop`` v1, a kind declared on the public API (:mod:`benchmarks.bench_kinds`)
+  and loaded through ``ATLAS_KINDS`` as a user's kind is, run by the real
+  :class:`atlas_jobs._workers.pool.WorkerPool` with the real handler registry (the kind's
+  handler notes when it starts). ``ATLAS_BENCH_HANDLER=engine`` runs the same jobs with a
+  bare engine handler instead (the input validated by the same model, nothing else): the
+  cost of the public API is the difference (``benchmarks/peer-adapter-engine``);
   claims, attempts, fencing, history and publication are the production paths, with
   ``synchronous_commit`` as the server has it (on);
 * completion is verified in the database: every job ``succeeded`` with its ``create``,
@@ -66,16 +70,20 @@ from atlas_jobs._app.db.engine import (
 )
 from atlas_jobs._app.heap import freeze_startup_heap
 from atlas_jobs._app.kinds import KINDS, handler_key
+from atlas_jobs._app.kinds.registry import KINDS_VARIABLE
+from atlas_jobs._app.kinds.registry import load as load_kinds
 from atlas_jobs._app.logs import configure_logging
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from atlas_jobs._workers import eventloop
 from atlas_jobs._workers.context import JobContext
-from atlas_jobs._workers.handlers import PublishPlan, registry
+from atlas_jobs._workers.handlers import NO_FILES, Handler, PublishPlan, registry
 from atlas_jobs._workers.pool import MAX_CLAIM, WorkerPool
+from benchmarks import bench_kinds
 
 REPO = Path(__file__).resolve().parent.parent
-KIND = "atlas.noop"
+KINDS_MODULE = "benchmarks.bench_kinds"
+KIND = "bench.noop"
 NOOP_KEY = handler_key(KIND, 1)
 OWNER = "bench"
 PRODUCER = Actor("client", OWNER)
@@ -203,12 +211,22 @@ def _seq(tag: object) -> int:
     return int(text.removeprefix("seq-"))
 
 
+def load_bench_kind() -> None:
+    """Load :mod:`benchmarks.bench_kinds` as a user's kinds are: named in ``ATLAS_KINDS``."""
+    named = [m for m in os.environ.get(KINDS_VARIABLE, "").split(",") if m.strip()]
+    if KINDS_MODULE not in named:
+        os.environ[KINDS_VARIABLE] = ",".join([*named, KINDS_MODULE])
+    if KIND not in KINDS:
+        KINDS.use(load_kinds())
+
+
 class Atlas:
     """Producer (the transition service on its own engine) and worker pools."""
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
         self.settings = settings
+        load_bench_kind()
         self.spec = KINDS[KIND]
         self.transitions = Transitions(Clock(), lease_seconds=settings.lease_seconds)
         # A program creating jobs through the Python API: creation is ONE statement
@@ -258,19 +276,25 @@ class Atlas:
         await self.transitions.create(conn, self.new_job(seq), actor=PRODUCER)
 
     def pool(self, concurrency: int) -> WorkerPool:
-        noop = registry()[NOOP_KEY]
         on_job = self.on_job
+        if os.environ.get("ATLAS_BENCH_HANDLER") == "engine":
+            model = self.spec.input_model
 
-        async def timed_noop(ctx: JobContext) -> PublishPlan:
-            on_job(ctx.input)
-            return await noop(ctx)
+            async def engine_noop(ctx: JobContext) -> PublishPlan:
+                on_job(ctx.input)
+                model.model_validate(ctx.input)
+                return NO_FILES
 
+            handlers: dict[str, Handler] = {NOOP_KEY: engine_noop}
+        else:
+            bench_kinds.started = on_job
+            handlers = {NOOP_KEY: registry()[NOOP_KEY]}
         return WorkerPool(
             self.settings,
             database_url=self.url,
             concurrency=concurrency,
             worker_id=f"bench-{uuid.uuid4().hex[:6]}",
-            handlers={NOOP_KEY: timed_noop},
+            handlers=handlers,
         )
 
     async def close(self) -> None:
@@ -305,6 +329,7 @@ def _result(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
             "claim_batch": min(args.concurrency + _prefetch(args.concurrency), MAX_CLAIM),
             "worker_processes": 1,
             "log_level": os.environ.get("ATLAS_LOG_LEVEL", "WARNING"),
+            "handler": os.environ.get("ATLAS_BENCH_HANDLER") or "kind",
         },
         "event_loop": eventloop.running_loop_name(),
     }

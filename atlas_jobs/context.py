@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import structlog
@@ -71,11 +72,15 @@ class Context(Generic[InputT]):
         self._job = job
         self._kind = kind
         self._input = input
-        self.log: structlog.stdlib.BoundLogger = structlog.get_logger("atlas.job").bind(
-            job_id=str(job.job_id), attempt_id=str(job.attempt_id), kind=kind.key
-        )
+
+    @cached_property
+    def log(self) -> structlog.stdlib.BoundLogger:
         """A logger bound to the job id, the attempt id and the kind. Never log the
         input: it may be confidential."""
+        logger: structlog.stdlib.BoundLogger = structlog.get_logger("atlas.job").bind(
+            job_id=str(self._job.job_id), attempt_id=str(self._job.attempt_id), kind=self._kind.key
+        )
+        return logger
 
     # -- identity ---------------------------------------------------------------------
 
@@ -236,7 +241,6 @@ class SyncContext(Generic[InputT]):
     def __init__(self, context: Context[InputT], loop: asyncio.AbstractEventLoop) -> None:
         self._context = context
         self._loop = loop
-        self.log = context.log
         self.abandoned = False
         """Set when the attempt timed out: every further call raises :class:`LeaseLost`."""
 
@@ -246,6 +250,10 @@ class SyncContext(Generic[InputT]):
             raise LeaseLost(str(self._context.job_id))
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result()
+
+    @property
+    def log(self) -> structlog.stdlib.BoundLogger:
+        return self._context.log
 
     @property
     def job_id(self) -> uuid.UUID:

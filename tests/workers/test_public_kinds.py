@@ -25,7 +25,7 @@ from atlas_jobs import (
 )
 from atlas_jobs._app.lifecycle import AttemptOutcome
 from atlas_jobs._workers.declared import handler_of
-from tests.workers.inprocess import KEY, KIND, Harness, bounded, until
+from tests.workers.inprocess import CLIENT, KEY, KIND, Harness, bounded, until
 
 
 class Numbered(BaseModel):
@@ -220,3 +220,28 @@ async def test_input_that_no_longer_matches_the_model_fails_as_invalid_input(
     job_id, outcome = await run_once(harness, never)
     assert outcome == AttemptOutcome.FAILED
     assert (await last_error(harness, job_id))["code"] == "invalid_input"
+
+
+async def test_a_wait_for_a_signal_waits_then_hands_the_event_to_the_next_attempt(
+    harness: Harness,
+) -> None:
+    received: list[Any] = []
+
+    @kind(KIND, input=Numbered)
+    async def confirms(ctx: Context[Numbered]) -> None:
+        signal = await ctx.wait_for_signal(deadline_seconds=60, on_deadline="escalate")
+        received.append((signal.event_id, signal.data))
+
+    job_id = await harness.create()
+    runner = harness.runner({KEY: handler_of(confirms)})
+    assert await bounded(runner.run(await harness.claim(runner))) == AttemptOutcome.WAITING
+    row = await harness.row(job_id)
+    assert (row.state, row.reason) == ("waiting", "external")
+    assert received == []
+
+    async with harness.engine.begin() as conn:
+        await harness.transitions.signal(
+            conn, job_id, event_id="evt-7", actor=CLIENT, data={"receipt": "R-7"}
+        )
+    assert await bounded(runner.run(await harness.claim(runner))) == AttemptOutcome.SUCCEEDED
+    assert received == [("evt-7", {"receipt": "R-7"})]

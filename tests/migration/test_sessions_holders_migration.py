@@ -5,6 +5,7 @@ and leaves the rest as it was."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
@@ -56,13 +57,9 @@ async def test_upgrade_and_downgrade_with_keys_and_jobs(pg_server: Server) -> No
                     {"k": key_id},
                 )
             for bad in (" padded ", "", "x" * 201):
-                try:
+                with pytest.raises(IntegrityError, match="ck_api_keys_holder_trimmed"):
                     async with engine.begin() as conn:
                         await conn.execute(text("UPDATE api_keys SET holder = :h"), {"h": bad})
-                except IntegrityError as exc:
-                    assert "ck_api_keys_holder_trimmed" in str(exc)
-                else:
-                    raise AssertionError(f"holder {bad!r} was accepted")
             async with engine.begin() as conn:
                 assert len((await conn.execute(text(COLUMNS))).all()) == 6
 

@@ -21,9 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "c7d8e9f0a1b2"
 down_revision: str | None = "a3b4c5d6e7f8"

@@ -235,6 +235,15 @@ class Settings(BaseSettings):
             "404, as for any read), or every owner's."
         ),
     )
+    review_four_eyes: bool = Field(
+        default=False,
+        description=(
+            "Four-eyes reviews: an approval is refused (403 four-eyes) when it comes from "
+            "the holder who submitted the job -- whichever of their keys they use -- or "
+            "from a key that names no holder (keys create --holder). Rejections are not "
+            "restricted."
+        ),
+    )
     metrics_token: str | None = Field(
         default=None,
         description="When set, GET /metrics needs 'Authorization: Bearer <token>'.",

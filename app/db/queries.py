@@ -85,9 +85,10 @@ created AS (
  RETURNING {_RETURNED}, {_NOW} AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
-                             event_id, note, data)
+                             event_id, note, data, key_id)
     SELECT i.id, {_NOW}, CAST(:transition AS text), NULL, '{JobState.QUEUED}',
-           '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data,
+           CAST(:actor_key AS uuid)
       FROM input AS i
 )"""
 

@@ -121,6 +121,7 @@ class RequestMoves(Service):
         return {
             "transition": transition.value,
             "actor": str(actor),
+            "actor_key": actor.key_id,
             "note": note,
             **self.clock.bind(),
         }

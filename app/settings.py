@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     )
     webhook_internal_hosts: str = Field(
         default="",
-        description="Comma-separated hosts allowed although they are loopback, private or "
-        "link-local (e.g. a receiver on 127.0.0.1 in development).",
+        description="Comma-separated hosts allowed although they are or resolve to loopback, "
+        "private, link-local or other special-purpose addresses (e.g. a receiver on "
+        "127.0.0.1 in development); still resolved once and connected to as checked.",
     )
     scheduler_interval_seconds: float = Field(
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."

@@ -117,7 +117,10 @@ async def replay(
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.replay(
-            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+            conn,
+            job_id,
+            actor=Actor("operator", principal.owner, key_id=principal.key_id),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     public = settle(reply)

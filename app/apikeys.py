@@ -21,12 +21,12 @@ from enum import StrEnum
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.schema import api_keys, ui_sessions
+from atlas_jobs._app.db.schema import api_keys, ui_sessions
 
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
 API_PROCESS_CHANNEL = "atlas_job_changed"
-"""The channel every API process listens on (``app.api.notifier``)."""
+"""The channel every API process listens on (``atlas_jobs._app.api.notifier``)."""
 KEYS_REVOKED_NOTICE = "api-keys-revoked"
 """Sent there when a key is revoked: API processes then forget the keys they cached."""
 """How much of a key is kept in clear (``prefix`` column) to tell keys apart in listings."""
@@ -232,7 +232,7 @@ async def list_keys(conn: AsyncConnection, *, owner: str | None = None) -> Seque
 
 async def revoke_key(conn: AsyncConnection, key_id: uuid.UUID) -> bool:
     """Revoke the key and end its status-page sessions; at commit every listening API
-    process drops its cached lookups (``app.api.keycache``; without the notice the
+    process drops its cached lookups (``atlas_jobs._app.api.keycache``; without the notice the
     cache's TTL still bounds the delay -- sessions are never cached)."""
     done = await conn.execute(
         update(api_keys)

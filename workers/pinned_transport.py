@@ -1,7 +1,7 @@
 """An HTTP transport that connects only to addresses checked beforehand.
 
 The webhook sender resolves each endpoint's host once and checks every address it got
-(:func:`app.webhooks.check_url`). Handing the URL to an ordinary client would resolve the
+(:func:`atlas_jobs._app.webhooks.check_url`). Handing the URL to an ordinary client would resolve the
 name a second time -- the window a DNS-rebinding server uses to answer a public address
 to the check and ``127.0.0.1`` to the connection. This transport never resolves: its
 network backend maps ``(host, port)`` to the pinned addresses and opens the TCP
@@ -17,7 +17,7 @@ import typing
 import httpcore
 import httpx
 
-from app.webhooks import Target
+from atlas_jobs._app.webhooks import Target
 
 
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
@@ -66,7 +66,7 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
 class PinnedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over a pool whose connections go to pinned addresses only.
 
-    :meth:`pin` records a checked :class:`~app.webhooks.Target`; the first pin of a
+    :meth:`pin` records a checked :class:`~atlas_jobs._app.webhooks.Target`; the first pin of a
     ``(host, port)`` holds for the transport's life (one sender pass), so every request
     of the pass to that host goes where the check looked. No proxy (one would resolve
     the name itself), no environment configuration."""

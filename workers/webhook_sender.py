@@ -13,10 +13,10 @@ error status, a timeout, a refused connection) is retried with full-jitter expon
 backoff until ``ATLAS_WEBHOOK_MAX_ATTEMPTS``, then ``failed``. The job itself is never
 touched.
 
-Every attempt checks its URL again (:func:`app.webhooks.check_url`: the host resolved
+Every attempt checks its URL again (:func:`atlas_jobs._app.webhooks.check_url`: the host resolved
 once per pass, off the event loop, every address it resolves to allowed) and connects to
 the addresses that check passed, never to a second resolution of the name
-(:class:`workers.pinned_transport.PinnedTransport`): a name that now resolves to an
+(:class:`atlas_jobs._workers.pinned_transport.PinnedTransport`): a name that now resolves to an
 internal address -- or to a mix of public and internal ones -- fails the delivery
 (``unsafe_url``), and a DNS answer that changes between the check and the connection
 cannot redirect it.
@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import reads
-from app.db import webhooks as store
-from app.logs import get_logger
-from app.settings import Settings
-from app.webhooks import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.webhooks import (
     DeliveryAttemptState,
     Resolver,
     Target,
@@ -48,7 +48,7 @@ from app.webhooks import (
     sign,
     system_resolve,
 )
-from workers.pinned_transport import PinnedTransport
+from atlas_jobs._workers.pinned_transport import PinnedTransport
 
 log = get_logger("atlas.worker.webhooks")
 

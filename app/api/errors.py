@@ -17,8 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from app.api.paths import allowed_methods
-from app.kinds import KINDS
+from atlas_jobs._app.api.paths import allowed_methods
+from atlas_jobs._app.kinds import KINDS
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"

@@ -23,7 +23,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from app.logs import get_logger
+from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.api.http")
 

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import (
+from atlas_jobs._app.api.errors import (
     LOG_CONTEXT_KEY,
     ApiError,
     HeadersTooLargeError,
@@ -32,8 +32,8 @@ from app.api.errors import (
     in_job_input,
     problem_response,
 )
-from app.api.metrics import ApiMetrics
-from app.api.paths import route_template
+from atlas_jobs._app.api.metrics import ApiMetrics
+from atlas_jobs._app.api.paths import route_template
 
 log = structlog.get_logger("atlas.api.access")
 

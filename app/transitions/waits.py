@@ -18,13 +18,13 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db import reads
-from app.db.external import FIND_SIGNAL, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
-from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
-from app.lifecycle import JobState, Reason, TransitionName
-from app.transitions.base import Approver, SameHandsRefused
-from app.transitions.maintenance import MaintenanceMoves
-from app.transitions.requests import RequestMoves
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.external import FIND_SIGNAL, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
+from atlas_jobs._app.lifecycle import JobState, Reason, TransitionName
+from atlas_jobs._app.transitions.base import Approver, SameHandsRefused
+from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
+from atlas_jobs._app.transitions.requests import RequestMoves
 
 _N = TransitionName
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from tests.acceptance.publishing import (
     Keys,
     World,
@@ -433,7 +433,7 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
 async def test_publication_that_cannot_be_established_is_blocked(
     world: Start, data_dir: Path
 ) -> None:
-    from app.storage import _owner_dir_name
+    from atlas_jobs._app.storage import _owner_dir_name
 
     w = world()
     published = data_dir / "results" / "published"

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.main import create_app
-from app.apikeys import Role, authenticate, create_key
-from app.clock import Clock
-from app.db.reads import submitter_of
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.apikeys import Role, authenticate, create_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.reads import submitter_of
+from atlas_jobs._app.settings import Settings
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}

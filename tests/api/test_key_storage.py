@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import SHOWN_PREFIX_LENGTH, Role, create_key
-from app.db.schema import api_keys
+from atlas_jobs._app.apikeys import SHOWN_PREFIX_LENGTH, Role, create_key
+from atlas_jobs._app.db.schema import api_keys
 
 
 async def test_the_database_never_holds_the_key(engine: AsyncEngine) -> None:

@@ -16,17 +16,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
-from app.api.main import create_app
-from app.api.views import status_document
-from app.clock import Clock
-from app.db import webhooks as store
-from app.db.schema import webhook_deliveries
-from app.settings import Settings
-from app.webhooks import Resolver, Target, new_secret
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.api.views import status_document
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.db.schema import webhook_deliveries
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.webhooks import Resolver, Target, new_secret
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 from tests.webhook_receiver import Receiver
-from workers.pinned_transport import PinnedTransport
-from workers.webhook_sender import WebhookSender
+from atlas_jobs._workers.pinned_transport import PinnedTransport
+from atlas_jobs._workers.webhook_sender import WebhookSender
 
 FILES = {"manifest.json": b"{}", "bundle.zip": b"PK"}
 

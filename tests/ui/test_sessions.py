@@ -9,9 +9,9 @@ from fastapi import FastAPI
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import list_keys, revoke_key
-from app.db.schema import ui_sessions
-from app.ui.session import COOKIE_NAME
+from atlas_jobs._app.apikeys import list_keys, revoke_key
+from atlas_jobs._app.db.schema import ui_sessions
+from atlas_jobs._app.ui.session import COOKIE_NAME
 from tests.api.support import Keys
 from tests.ui.conftest import BASE, SAME_ORIGIN, log_in
 

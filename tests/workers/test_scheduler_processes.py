@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import schedules
-from app.db.schema import job_history, schedule_fires
-from app.scheduling import MisfirePolicy, parse
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import schedules
+from atlas_jobs._app.db.schema import job_history, schedule_fires
+from atlas_jobs._app.scheduling import MisfirePolicy, parse
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually
 

@@ -12,10 +12,10 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
-from app.api.reading import answer, settle
-from app.api.responses import headers, problems
-from app.api.schemas import (
+from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
+from atlas_jobs._app.api.reading import answer, settle
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.schemas import (
     JobPublic,
     OperatorNote,
     QueueLinePublic,
@@ -24,11 +24,11 @@ from app.api.schemas import (
     SessionsEnd,
     SessionsEnded,
 )
-from app.api.views import job_path
-from app.apikeys import end_sessions
-from app.db import reads, schedules, webhooks
-from app.lifecycle import JobState
-from app.transitions import Actor
+from atlas_jobs._app.api.views import job_path
+from atlas_jobs._app.apikeys import end_sessions
+from atlas_jobs._app.db import reads, schedules, webhooks
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 

@@ -6,12 +6,12 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import ReviewerPrincipal, StateDep, bind_job
-from app.api.errors import FourEyesError
-from app.api.reading import answer, settle
-from app.api.responses import problems
-from app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
-from app.transitions import Actor, Approver, SameHandsRefused
+from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
+from atlas_jobs._app.api.errors import FourEyesError
+from atlas_jobs._app.api.reading import answer, settle
+from atlas_jobs._app.api.responses import problems
+from atlas_jobs._app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
+from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
 

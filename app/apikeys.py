@@ -15,13 +15,13 @@ import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.db.schema import api_keys
+from atlas_jobs._app.db.schema import api_keys, ui_sessions
 
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
@@ -47,6 +47,8 @@ class Principal:
     key_id: uuid.UUID
     owner: str
     roles: frozenset[Role]
+    holder: str | None = None
+    """Who holds the key (``keys create --holder``), when it says."""
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -60,6 +62,7 @@ class KeyListing:
     roles: tuple[Role, ...]
     created_at: datetime
     revoked_at: datetime | None
+    holder: str | None = None
 
 
 def generate_key() -> str:
@@ -75,13 +78,30 @@ def looks_like_key(candidate: str) -> bool:
     return candidate.startswith(KEY_PREFIX) and 16 <= len(candidate) <= 200
 
 
-async def create_key(conn: AsyncConnection, *, owner: str, roles: Iterable[Role]) -> str:
-    """Store a new key for ``owner`` and return it in clear -- the only time it exists."""
+HOLDER_MAX_LENGTH = 200
+
+
+def normalize_holder(holder: str | None) -> str | None:
+    """A holder name as stored: trimmed, 1-200 characters; ``None`` for no holder."""
+    if holder is None:
+        return None
+    holder = holder.strip()
+    if not holder or len(holder) > HOLDER_MAX_LENGTH:
+        raise ValueError(f"holder must be 1-{HOLDER_MAX_LENGTH} characters")
+    return holder
+
+
+async def create_key(
+    conn: AsyncConnection, *, owner: str, roles: Iterable[Role], holder: str | None = None
+) -> str:
+    """Store a new key for ``owner`` (held by ``holder``, when named) and return it in
+    clear -- the only time it exists."""
     role_list = sorted({Role(r).value for r in roles})
     if not owner.strip():
         raise ValueError("owner must not be empty")
     if not role_list:
         raise ValueError("a key needs at least one role")
+    holder = normalize_holder(holder)
     key = generate_key()
     await conn.execute(
         insert(api_keys).values(
@@ -89,6 +109,7 @@ async def create_key(conn: AsyncConnection, *, owner: str, roles: Iterable[Role]
             prefix=key[:SHOWN_PREFIX_LENGTH],
             owner=owner,
             roles=role_list,
+            holder=holder,
         )
     )
     return key
@@ -101,39 +122,94 @@ async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:
     digest = hash_key(key)
     row = (
         await conn.execute(
-            select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.owner, api_keys.c.roles).where(
-                api_keys.c.key_hash == digest, api_keys.c.revoked_at.is_(None)
-            )
+            select(
+                api_keys.c.id,
+                api_keys.c.key_hash,
+                api_keys.c.owner,
+                api_keys.c.roles,
+                api_keys.c.holder,
+            ).where(api_keys.c.key_hash == digest, api_keys.c.revoked_at.is_(None))
         )
     ).first()
     # The lookup is by hash (an index probe); the constant-time compare is belt and braces.
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         return None
-    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles))
+    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles), row.holder)
 
 
-def key_fingerprint(key_hash: str) -> str:
-    """A short digest of a key's stored hash: what a browser session carries to prove
-    which key it was opened with (never the key, nor the hash itself)."""
-    return hashlib.sha256(b"atlas-jobs.session.v1:" + key_hash.encode("ascii")).hexdigest()[:32]
+SESSION_TOKEN_PREFIX = b"atlas-jobs.ui-session.v2:"
 
 
-async def authenticate_with_fingerprint(
-    conn: AsyncConnection, key_id: uuid.UUID, fingerprint: str
-) -> Principal | None:
-    """The principal of key ``key_id`` while it is not revoked and its stored hash still
-    has ``fingerprint`` (a browser session re-checks this on every request: revoking
-    the key ends the session)."""
+def session_token_hash(token: str) -> str:
+    """What ``ui_sessions`` stores of a session's token (never the token itself)."""
+    return hashlib.sha256(SESSION_TOKEN_PREFIX + token.encode("utf-8")).hexdigest()
+
+
+async def open_session(conn: AsyncConnection, key_id: uuid.UUID, *, ttl_seconds: int) -> str:
+    """A new status-page session of key ``key_id``, lasting ``ttl_seconds``: its random
+    token (which the signed cookie carries), stored only as a hash. The key's expired
+    sessions are removed on the way (the table holds live logins, and the dead ones of
+    keys that never log in again until their next login)."""
+    token = secrets.token_urlsafe(32)
+    await conn.execute(
+        delete(ui_sessions).where(
+            ui_sessions.c.key_id == key_id, ui_sessions.c.expires_at <= func.now()
+        )
+    )
+    await conn.execute(
+        insert(ui_sessions).values(
+            token_hash=session_token_hash(token),
+            key_id=key_id,
+            expires_at=func.now() + timedelta(seconds=ttl_seconds),
+        )
+    )
+    return token
+
+
+async def authenticate_session(conn: AsyncConnection, token: str) -> Principal | None:
+    """The principal of a live session: its row exists (not logged out, not ended by an
+    operator or by the key's revocation), has not expired, and its key is not revoked.
+    ONE statement: the session's primary-key probe joined to its key's."""
     row = (
         await conn.execute(
-            select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.owner, api_keys.c.roles).where(
-                api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)
+            select(api_keys.c.id, api_keys.c.owner, api_keys.c.roles, api_keys.c.holder)
+            .select_from(ui_sessions.join(api_keys, api_keys.c.id == ui_sessions.c.key_id))
+            .where(
+                ui_sessions.c.token_hash == session_token_hash(token),
+                ui_sessions.c.expires_at > func.now(),
+                api_keys.c.revoked_at.is_(None),
             )
         )
     ).first()
-    if row is None or not hmac.compare_digest(key_fingerprint(row.key_hash), fingerprint):
+    if row is None:
         return None
-    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles))
+    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles), row.holder)
+
+
+async def end_session(conn: AsyncConnection, token: str) -> bool:
+    """Log one session out (its cookie answers nothing from now on)."""
+    done = await conn.execute(
+        delete(ui_sessions)
+        .where(ui_sessions.c.token_hash == session_token_hash(token))
+        .returning(ui_sessions.c.key_id)
+    )
+    return done.first() is not None
+
+
+async def end_sessions(
+    conn: AsyncConnection, *, owner: str | None = None, key_id: uuid.UUID | None = None
+) -> int:
+    """Log out everywhere: every session of key ``key_id``, or of every key of
+    ``owner``, or (neither given) every session there is. How many were ended."""
+    query = delete(ui_sessions)
+    if key_id is not None:
+        query = query.where(ui_sessions.c.key_id == key_id)
+    if owner is not None:
+        query = query.where(
+            ui_sessions.c.key_id.in_(select(api_keys.c.id).where(api_keys.c.owner == owner))
+        )
+    done = await conn.execute(query.returning(ui_sessions.c.key_id))
+    return len(done.all())
 
 
 async def list_keys(conn: AsyncConnection, *, owner: str | None = None) -> Sequence[KeyListing]:
@@ -148,15 +224,16 @@ async def list_keys(conn: AsyncConnection, *, owner: str | None = None) -> Seque
             tuple(Role(r) for r in row.roles),
             row.created_at,
             row.revoked_at,
+            row.holder,
         )
         for row in (await conn.execute(query)).all()
     ]
 
 
 async def revoke_key(conn: AsyncConnection, key_id: uuid.UUID) -> bool:
-    """Revoke the key; at commit every listening API process drops its cached lookups
-    (``atlas_jobs._app.api.keycache``; without the notice the cache's TTL still bounds the
-    delay)."""
+    """Revoke the key and end its status-page sessions; at commit every listening API
+    process drops its cached lookups (``atlas_jobs._app.api.keycache``; without the notice the
+    cache's TTL still bounds the delay -- sessions are never cached)."""
     done = await conn.execute(
         update(api_keys)
         .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
@@ -165,5 +242,6 @@ async def revoke_key(conn: AsyncConnection, key_id: uuid.UUID) -> bool:
     )
     if done.first() is None:
         return False
+    await end_sessions(conn, key_id=key_id)
     await conn.execute(select(func.pg_notify(API_PROCESS_CHANNEL, KEYS_REVOKED_NOTICE)))
     return True

@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     )
     webhook_internal_hosts: str = Field(
         default="",
-        description="Comma-separated hosts allowed although they are loopback, private or "
-        "link-local (e.g. a receiver on 127.0.0.1 in development).",
+        description="Comma-separated hosts allowed although they are or resolve to loopback, "
+        "private, link-local or other special-purpose addresses (e.g. a receiver on "
+        "127.0.0.1 in development); still resolved once and connected to as checked.",
     )
     scheduler_interval_seconds: float = Field(
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
@@ -233,6 +234,15 @@ class Settings(BaseSettings):
         description=(
             "Which jobs a reviewer may decide: its own owner's (another owner's job is "
             "404, as for any read), or every owner's."
+        ),
+    )
+    review_four_eyes: bool = Field(
+        default=False,
+        description=(
+            "Four-eyes reviews: an approval is refused (403 four-eyes) when it comes from "
+            "the holder who submitted the job -- whichever of their keys they use -- or "
+            "from a key that names no holder (keys create --holder). Rejections are not "
+            "restricted."
         ),
     )
     metrics_token: str | None = Field(

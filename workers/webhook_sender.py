@@ -9,9 +9,17 @@ Delivery is at least once: a response lost on the way back (the receiver applied
 the connection dropped), or a worker killed mid-send, means the same delivery is sent
 again -- with the same ``webhook-id``, so the receiver can tell. Each attempt is signed
 anew (``webhook-timestamp`` is the attempt's). A 2xx is delivered; anything else (an
-error status, a timeout, a refused connection, a URL that now resolves to an internal
-address) is retried with full-jitter exponential backoff until
-``ATLAS_WEBHOOK_MAX_ATTEMPTS``, then ``failed``. The job itself is never touched.
+error status, a timeout, a refused connection) is retried with full-jitter exponential
+backoff until ``ATLAS_WEBHOOK_MAX_ATTEMPTS``, then ``failed``. The job itself is never
+touched.
+
+Every attempt checks its URL again (:func:`atlas_jobs._app.webhooks.check_url`: the host resolved
+once per pass, off the event loop, every address it resolves to allowed) and connects to
+the addresses that check passed, never to a second resolution of the name
+(:class:`atlas_jobs._workers.pinned_transport.PinnedTransport`): a name that now resolves to an
+internal address -- or to a mix of public and internal ones -- fails the delivery
+(``unsafe_url``), and a DNS answer that changes between the check and the connection
+cannot redirect it.
 """
 
 from __future__ import annotations
@@ -31,11 +39,16 @@ from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.webhooks import (
     DeliveryAttemptState,
+    Resolver,
+    Target,
     UnsafeUrlError,
     backoff_seconds,
     check_url,
+    check_url_form,
     sign,
+    system_resolve,
 )
+from atlas_jobs._workers.pinned_transport import PinnedTransport
 
 log = get_logger("atlas.worker.webhooks")
 
@@ -56,6 +69,7 @@ class WebhookSender:
         render: RenderStatus,
         *,
         batch_size: int = 50,
+        resolve: Resolver = system_resolve,
     ) -> None:
         self.engine = engine
         self.clock = clock
@@ -64,6 +78,7 @@ class WebhookSender:
         self.batch_size = batch_size
         self._allowed, self._internal = settings.webhook_hosts
         self._lease = settings.webhook_timeout_seconds * 2 + 5
+        self.resolve = resolve
 
     async def run_once(self) -> int:
         """Send what is due; returns how many were delivered."""
@@ -76,15 +91,26 @@ class WebhookSender:
             return 0
         bodies = await self._bodies(claimed)
         limit = asyncio.Semaphore(SENDS_AT_ONCE)
+        transport = PinnedTransport()
+        checks: dict[tuple[str, int], asyncio.Task[Target]] = {}
         async with httpx.AsyncClient(
+            transport=transport,
             timeout=self.settings.webhook_timeout_seconds,
             follow_redirects=False,
+            trust_env=False,
             headers={"User-Agent": USER_AGENT},
         ) as http:
 
             async def one(row: Any) -> store.Outcome:
                 async with limit:
-                    return await self._send(http, row, bodies.get(row.job_id))
+                    body = bodies.get(row.job_id)
+                    if body is None:  # the job is gone (pruned): nothing left to say
+                        return self._outcome(row, DeliveryAttemptState.FAILED, None, "job_gone")
+                    try:
+                        target = transport.pin(await self._check(checks, row.url))
+                    except UnsafeUrlError:
+                        return self._outcome(row, DeliveryAttemptState.FAILED, None, "unsafe_url")
+                    return await self._send(http, row, target, body)
 
             outcomes = await asyncio.gather(*(one(row) for row in claimed))
         async with self.engine.begin() as conn:
@@ -117,15 +143,27 @@ class WebhookSender:
             for job in found
         }
 
-    async def _send(self, http: httpx.AsyncClient, row: Any, body: str | None) -> store.Outcome:
-        if body is None:  # the job is gone (pruned): nothing left to say
-            return self._outcome(row, DeliveryAttemptState.FAILED, None, "job_gone")
-        try:
-            await asyncio.to_thread(
-                check_url, row.url, allowed_hosts=self._allowed, internal_hosts=self._internal
+    async def _check(self, checks: dict[tuple[str, int], asyncio.Task[Target]], url: str) -> Target:
+        """``url`` checked, its host resolved at most once per pass (the deliveries of
+        one pass to one host share the check, and so the addresses they connect to)."""
+        key = check_url_form(url, allowed_hosts=self._allowed)
+        task = checks.get(key)
+        if task is None:
+            task = asyncio.create_task(
+                check_url(
+                    url,
+                    allowed_hosts=self._allowed,
+                    internal_hosts=self._internal,
+                    resolve=self.resolve,
+                )
             )
-        except UnsafeUrlError:
-            return self._outcome(row, DeliveryAttemptState.FAILED, None, "unsafe_url")
+            checks[key] = task
+        target = await asyncio.shield(task)
+        return Target(url, target.host, target.port, target.addresses)
+
+    async def _send(
+        self, http: httpx.AsyncClient, row: Any, target: Target, body: str
+    ) -> store.Outcome:
         delivery_id = str(row.id)
         sent_at = store.sent_at(row)
         headers = {
@@ -135,7 +173,7 @@ class WebhookSender:
             "webhook-signature": sign(row.secret, delivery_id, sent_at, body),
         }
         try:
-            response = await http.post(row.url, content=body.encode(), headers=headers)
+            response = await http.post(target.url, content=body.encode(), headers=headers)
         except httpx.HTTPError as exc:
             return self._retry(row, None, type(exc).__name__)
         if 200 <= response.status_code < 300:

@@ -69,6 +69,13 @@ class ForbiddenError(ApiError):
     status, slug, title = 403, "forbidden", "This key lacks the role for this action"
 
 
+class FourEyesError(ApiError):
+    """Four-eyes reviews (ATLAS_REVIEW_FOUR_EYES): the approver submitted the job, or
+    cannot be told apart from its submitter (a key without a holder)."""
+
+    status, slug, title = 403, "four-eyes", "The job's submitter may not approve it"
+
+
 class BadDownloadSignatureError(ApiError):
     status, slug, title = 403, "bad-download-signature", "The download link is invalid or expired"
 

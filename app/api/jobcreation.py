@@ -151,7 +151,7 @@ async def create_job(
     request = CreationRequest(body, idempotency_key)
     if idempotency_key is not None and not needs_transaction(body, idempotency_key, settings):
         return await _create_keyed(
-            conn, transitions, principal.owner, request, request_id=request_id, settings=settings
+            conn, transitions, principal, request, request_id=request_id, settings=settings
         )
     [created] = await create_jobs(
         conn,
@@ -185,6 +185,12 @@ async def create_batch(
     )
 
 
+def submitter(principal: Principal) -> Actor:
+    """The creation's actor: ``client:<owner>``, carrying the key that submitted (the
+    history row records it: the four-eyes rule of reviews, :mod:`app.reviews`)."""
+    return Actor("client", principal.owner, key_id=principal.key_id)
+
+
 def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
     new = NewJob(
@@ -214,7 +220,7 @@ then the creation is tried again, a bounded number of times."""
 async def _create_keyed(
     conn: AsyncConnection,
     transitions: Transitions,
-    owner: str,
+    principal: Principal,
     request: CreationRequest,
     *,
     request_id: str | None,
@@ -225,6 +231,7 @@ async def _create_keyed(
     when the key is new; a stored key costs one more statement, the read of its job. No
     queue-age check runs here (:func:`needs_transaction` sends those to
     :func:`create_jobs`), and no ``notify``."""
+    owner = principal.owner
     item = _prepare(request, owner, request_id)
     key, digest = request.idempotency_key, item.fingerprint
     assert key is not None  # the caller's condition
@@ -237,7 +244,7 @@ async def _create_keyed(
                 conn,
                 item.new,
                 fingerprint=digest,
-                actor=Actor("client", owner),
+                actor=submitter(principal),
                 admission_cap=cap,
             )
         except OwnerAtCapacity as exc:
@@ -346,7 +353,7 @@ async def create_jobs(
             created = await transitions.create_many(
                 conn,
                 [item.new for _, item in fresh],
-                actor=Actor("client", owner),
+                actor=submitter(principal),
                 admission_cap=cap,
             )
         except OwnerAtCapacity as refused:

@@ -122,6 +122,22 @@ class OperatorNote(StrictModel):
     )
 
 
+class SessionsEnd(StrictModel):
+    """Whose status-page sessions to end ("log out everywhere"): one key's, every key of
+    one owner's, or -- with neither -- every session there is."""
+
+    owner: str | None = Field(
+        default=None, min_length=1, max_length=200, description="End every key of this owner's."
+    )
+    key_id: uuid.UUID | None = Field(default=None, description="End this key's sessions.")
+
+
+class SessionsEnded(BaseModel):
+    """How many status-page sessions were ended; their cookies are refused from now on."""
+
+    ended: int = Field(description="Sessions ended by this request.")
+
+
 class CancelCreate(StrictModel):
     """Optional body of a cancel: a note recorded in the job's history (an operator's
     cancel of unresolved or waiting work says why)."""

@@ -16,6 +16,7 @@ from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.signing import DownloadSigner
 from atlas_jobs._app.storage import ResultStore
 from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._app.webhooks import Resolver, system_resolve
 
 
 @dataclass
@@ -31,6 +32,8 @@ class ApiState:
     metrics: ApiMetrics
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False
+    resolve: Resolver = system_resolve
+    """Host names -> addresses for the webhook URL check (off the event loop)."""
     keys: KeyCache = field(init=False)
     """Recent successful API-key lookups (``atlas_jobs._app.api.keycache``)."""
     reads: AutocommitConnections = field(init=False)

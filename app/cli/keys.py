@@ -1,4 +1,5 @@
-"""``atlas-jobs keys``: create, list and revoke API keys (stored hashed; shown once)."""
+"""``atlas-jobs keys``: create, list and revoke API keys (stored hashed; shown once), and
+end status-page sessions ("log out everywhere")."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from typing import Annotated, TypeVar
 import typer
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.apikeys import KeyListing, Role, create_key, list_keys, revoke_key
+from atlas_jobs._app.apikeys import (
+    KeyListing,
+    Role,
+    create_key,
+    end_sessions,
+    list_keys,
+    revoke_key,
+)
 
-keys_app = typer.Typer(help="Create and list API keys (stored hashed; shown once).")
+keys_app = typer.Typer(
+    help="Create, list and revoke API keys (stored hashed; shown once); end status-page sessions."
+)
 
 T = TypeVar("T")
 
@@ -41,17 +51,29 @@ def create(
         list[Role] | None,
         typer.Option(help="client, reviewer or operator; repeat for several."),
     ] = None,
+    holder: Annotated[
+        str | None,
+        typer.Option(
+            help="Who holds the key (a person or a system); the four-eyes rule of reviews "
+            "compares holders, whichever of their keys they use."
+        ),
+    ] = None,
 ) -> None:
     """Create a key and print it once. Only its SHA-256 hash is stored."""
     roles = role or [Role.CLIENT]
 
     async def action(conn: AsyncConnection) -> str:
-        return await create_key(conn, owner=owner, roles=roles)
+        return await create_key(conn, owner=owner, roles=roles, holder=holder)
 
-    key = _in_transaction(action)
+    try:
+        key = _in_transaction(action)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     typer.echo(key)
+    held = f" held by {holder.strip()!r}" if holder else ""
     typer.echo(
-        f"created a key for owner {owner!r} with roles {', '.join(sorted(roles))}; "
+        f"created a key for owner {owner!r}{held} with roles {', '.join(sorted(roles))}; "
         "it is shown only now",
         err=True,
     )
@@ -69,13 +91,15 @@ def list_command(
     for listing in _in_transaction(action):
         revoked = f" revoked {listing.revoked_at:%Y-%m-%d}" if listing.revoked_at else ""
         roles = ",".join(listing.roles)
-        typer.echo(f"{listing.id}  {listing.prefix}…  {listing.owner}  {roles}{revoked}")
+        holder = f"  holder={listing.holder}" if listing.holder else ""
+        typer.echo(f"{listing.id}  {listing.prefix}…  {listing.owner}  {roles}{holder}{revoked}")
 
 
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="The key's id (keys list).")]) -> None:
     """Revoke a key: requests with it answer 401 from now on (an API process that
-    missed the revocation notice may still accept it for ATLAS_API_KEY_CACHE_SECONDS)."""
+    missed the revocation notice may still accept it for ATLAS_API_KEY_CACHE_SECONDS),
+    and its status-page sessions end at once."""
 
     async def action(conn: AsyncConnection) -> bool:
         return await revoke_key(conn, key_id)
@@ -84,3 +108,22 @@ def revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="The key's id (keys 
         typer.echo("no such active key", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {key_id}")
+
+
+@keys_app.command("end-sessions")
+def end_sessions_command(
+    owner: Annotated[str | None, typer.Option(help="Every key of this owner's.")] = None,
+    key_id: Annotated[uuid.UUID | None, typer.Option("--key", help="This key's.")] = None,
+    all_sessions: Annotated[
+        bool, typer.Option("--all", help="Every session of every key.")
+    ] = False,
+) -> None:
+    """Log out everywhere: end status-page sessions at once (the keys stay valid)."""
+    if owner is None and key_id is None and not all_sessions:
+        typer.echo("name --owner, --key or --all", err=True)
+        raise typer.Exit(2)
+
+    async def action(conn: AsyncConnection) -> int:
+        return await end_sessions(conn, owner=owner, key_id=key_id)
+
+    typer.echo(f"ended {_in_transaction(action)} session(s)")

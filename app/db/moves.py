@@ -99,6 +99,8 @@ class Actor:
 
     kind: str
     name: str
+    key_id: uuid.UUID | None = None
+    """The API key that made the move, when one did (recorded with a creation)."""
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}"

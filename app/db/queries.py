@@ -16,7 +16,7 @@ States here are interpolated constants from :mod:`atlas_jobs._app.lifecycle`, ne
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Boolean, Integer, TextualSelect, column, text
@@ -70,8 +70,14 @@ _ONE_INPUT = f"""
     SELECT {", ".join(f"CAST(:p_{n} AS {t}) AS {n}" for n, t in _CREATION_FIELDS)}"""
 
 
-def _creation_writes(*, one: bool) -> str:
+def _creation_writes(*, one: bool, by_key: bool = True) -> str:
     in_order = "" if one else "\n     ORDER BY ord"
+    # by_key: the history row records the API key that submitted (:actor_key; revision
+    # c7d8e9f0a1b2). The shape without it serves creations no key made (schedules,
+    # tests, tools) and so runs on a schema older than that column, too.
+    key_column, key_value = (
+        (", key_id", ",\n           CAST(:actor_key AS uuid)") if by_key else ("", "")
+    )
     return f"""
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
@@ -84,9 +90,10 @@ created AS (
  RETURNING {_RETURNED}, {_NOW} AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
-                             event_id, note, data)
+                             event_id, note, data{key_column})
     SELECT i.id, {_NOW}, CAST(:transition AS text), NULL, '{JobState.QUEUED}',
-           '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data{key_value}
       FROM input AS i
 )"""
 
@@ -107,21 +114,38 @@ _CREATED = ", ".join(f"created.{c.name}" for c in _CREATED_COLUMNS)
 @dataclass(frozen=True, slots=True)
 class Creation:
     """One creation statement in its two shapes: ``one`` binds one job's fields as
-    scalars, ``batch`` as arrays (see ``_CREATION_FIELDS``)."""
+    scalars, ``batch`` as arrays (see ``_CREATION_FIELDS``) -- each also ``_by_key``,
+    recording the submitting API key (``:actor_key``) on the history rows."""
 
     one: TextualSelect
     batch: TextualSelect
+    one_by_key: TextualSelect
+    batch_by_key: TextualSelect
+
+    def shape(self, *, one: bool, by_key: bool) -> TextualSelect:
+        if by_key:
+            return self.one_by_key if one else self.batch_by_key
+        return self.one if one else self.batch
 
 
-def _create(*, one: bool) -> TextualSelect:
+def _create(*, one: bool, by_key: bool) -> TextualSelect:
     return text(f"""
 WITH input AS ({_ONE_INPUT if one else _BATCH_INPUT}
-), {_creation_writes(one=one)}
+), {_creation_writes(one=one, by_key=by_key)}
 SELECT {_CREATED} FROM created
 """).columns(*_CREATED_COLUMNS)
 
 
-CREATE = Creation(one=_create(one=True), batch=_create(one=False))
+def _creation(build: Callable[..., TextualSelect]) -> Creation:
+    return Creation(
+        one=build(one=True, by_key=False),
+        batch=build(one=False, by_key=False),
+        one_by_key=build(one=True, by_key=True),
+        batch_by_key=build(one=False, by_key=True),
+    )
+
+
+CREATE = _creation(_create)
 
 
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
@@ -136,7 +160,7 @@ CREATE = Creation(one=_create(one=True), batch=_create(one=False))
 # (autocommit): the lock then ends with it. The count is one InitPlan, run before any
 # row is written. Answer: the created rows, each with the count; refused, ONE row with
 # ``id`` NULL and only ``admission_unfinished`` (the count).
-def _create_admitted(*, one: bool) -> TextualSelect:
+def _create_admitted(*, one: bool, by_key: bool) -> TextualSelect:
     size = "1" if one else "cardinality(CAST(:p_id AS uuid[]))"
     return text(f"""
 WITH admission AS (
@@ -144,13 +168,13 @@ WITH admission AS (
            AS unfinished
 ), input AS ({_ONE_INPUT if one else _BATCH_INPUT}
      WHERE (SELECT unfinished FROM admission) + {size} <= CAST(:admit_cap AS integer)
-), {_creation_writes(one=one)}
+), {_creation_writes(one=one, by_key=by_key)}
 SELECT {_CREATED}, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true
 """).columns(*_CREATED_COLUMNS, column("admission_unfinished", Integer))
 
 
-CREATE_ADMITTED = Creation(one=_create_admitted(one=True), batch=_create_admitted(one=False))
+CREATE_ADMITTED = _creation(_create_admitted)
 
 # create_keyed: ONE job with an Idempotency-Key in ONE statement (its own transaction
 # when run in autocommit) -- what CREATE_ADMITTED does, behind the key's two guards:

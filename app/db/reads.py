@@ -163,6 +163,30 @@ async def creation_traceparent(conn: AsyncConnection, job_id: uuid.UUID) -> str 
     return None if row is None else row.traceparent
 
 
+@dataclass(frozen=True, slots=True)
+class Submitter:
+    """Who submitted a job: the key its creation recorded, and that key's holder."""
+
+    key_id: uuid.UUID
+    holder: str | None
+
+
+async def submitter_of(conn: AsyncConnection, job_id: uuid.UUID) -> Submitter | None:
+    """The key (and holder) behind the job's creation or replay, else ``None`` (a job
+    no key submitted: a schedule's fire, or one created before keys were recorded).
+    The job's first history row, by its primary key."""
+    row = (
+        await conn.execute(
+            select(job_history.c.key_id, api_keys.c.holder)
+            .select_from(job_history.join(api_keys, api_keys.c.id == job_history.c.key_id))
+            .where(job_history.c.job_id == job_id, job_history.c.from_state.is_(None))
+            .order_by(job_history.c.seq)
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else Submitter(row.key_id, row.holder)
+
+
 async def history_tail(conn: AsyncConnection, job_id: uuid.UUID, *, limit: int) -> list[Row[Any]]:
     """The job's last ``limit`` history rows, oldest first (a live feed's first read)."""
     rows = await conn.execute(

@@ -267,6 +267,10 @@ job_history = Table(
     Column("event_id", Text),
     Column("note", Text),
     Column("data", JSONB),
+    # The API key that made the move, on moves a key made (a client's creation): who
+    # submitted a job, for the four-eyes rule of reviews (app.reviews). No foreign key:
+    # a key row is never deleted (revoked keys stay), and history outlives nothing.
+    Column("key_id", UUID(as_uuid=True)),
     # (job_id, seq): the one index serves both uniqueness (seq is an identity) and
     # "this job's history in order"; a second index would cost every transition.
     PrimaryKeyConstraint("job_id", "seq"),
@@ -347,13 +351,38 @@ api_keys = Table(
     Column("roles", ARRAY(Text), nullable=False),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("revoked_at", TZ),
+    # The person (or system) holding the key: one holder may have several keys, and the
+    # four-eyes rule of reviews compares holders, not keys.
+    Column("holder", Text),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("key_hash"),
     CheckConstraint(
         "roles <@ ARRAY['client', 'reviewer', 'operator']::text[] AND cardinality(roles) >= 1",
         name="roles_known",
     ),
+    CheckConstraint(
+        "holder IS NULL OR (holder = btrim(holder) AND length(holder) BETWEEN 1 AND 200)",
+        name="holder_trimmed",
+    ),
 )
+
+# Status-page logins (atlas_jobs._app.ui.session): one row per browser session, found by the SHA-256
+# of the random token its signed cookie carries. Logout deletes the row; revoking the key
+# or an operator's "log out everywhere" deletes its key's (or owner's) rows: the cookie
+# then answers nothing at the next request. Every page checks its session in ONE primary
+# key probe joined to its key (atlas_jobs._app.apikeys.authenticate_session).
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("token_hash", Text, nullable=False),
+    Column(
+        "key_id", UUID(as_uuid=True), ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("expires_at", TZ, nullable=False),
+    PrimaryKeyConstraint("token_hash"),
+)
+Index("ix_ui_sessions_key_id", ui_sessions.c.key_id)
 
 
 OPERATION_STATES: tuple[str, ...] = (

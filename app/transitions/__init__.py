@@ -27,9 +27,11 @@ from atlas_jobs._app.transitions.base import (
     SYSTEM_REAPER,
     SYSTEM_SCHEDULER,
     SYSTEM_SWEEPER,
+    Approver,
     KeyedRefusal,
     NewJob,
     OwnerAtCapacity,
+    SameHandsRefused,
     error_doc,
 )
 from atlas_jobs._app.transitions.operations import OperationEntry, OperationMoves
@@ -47,6 +49,7 @@ __all__ = [
     "SYSTEM_SWEEPER",
     "Actor",
     "Applied",
+    "Approver",
     "KeyedRefusal",
     "MoveResult",
     "NewJob",
@@ -54,6 +57,7 @@ __all__ = [
     "OwnerAtCapacity",
     "RejectReason",
     "Rejected",
+    "SameHandsRefused",
     "SignalOutcome",
     "Step",
     "Transitions",

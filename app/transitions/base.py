@@ -44,6 +44,35 @@ class OwnerAtCapacity(Exception):  # noqa: N818 - a refusal, not a failure
         self.unfinished = unfinished
 
 
+class SameHandsRefused(Exception):  # noqa: N818 - a refusal, not a failure
+    """Four-eyes: an approval by the holder (or the very key) that submitted the job, or
+    by a key that names no holder (``holder_required``)."""
+
+    def __init__(self, holder: str | None, *, holder_required: bool = False) -> None:
+        super().__init__(holder or "the submitting key")
+        self.holder = holder
+        self.holder_required = holder_required
+
+
+@dataclass(frozen=True, slots=True)
+class Approver:
+    """Who approves, for the four-eyes rule: the key, and its holder when named."""
+
+    key_id: uuid.UUID
+    holder: str | None
+
+    def submitted(self, submitter: Any) -> bool:
+        """Whether these are the hands that submitted (``reads.Submitter``): the same
+        key, or another key of the same holder (names compared case-insensitively)."""
+        if submitter.key_id == self.key_id:
+            return True
+        return (
+            submitter.holder is not None
+            and self.holder is not None
+            and submitter.holder.casefold() == self.holder.casefold()
+        )
+
+
 class KeyedRefusal(enum.Enum):
     """Why a keyed creation (``create_keyed``) created nothing, besides the cap."""
 

@@ -79,7 +79,8 @@ class RequestMoves(Service):
             [owner] = {n.owner for n in batch}  # admission is per owner
             params |= {"admit_owner": owner, "admit_cap": admission_cap}
         creation = CREATE if admission_cap is None else CREATE_ADMITTED
-        rows = await conn.execute(creation.one if len(batch) == 1 else creation.batch, params)
+        statement = creation.shape(one=len(batch) == 1, by_key=actor.key_id is not None)
+        rows = await conn.execute(statement, params)
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
             raise OwnerAtCapacity(int(by_id[None].admission_unfinished))
@@ -117,6 +118,7 @@ class RequestMoves(Service):
                     "admit_cap": admission_cap,
                     **_one_job(job_id, new),
                     **self._move_params(_N.CREATE, actor, None),
+                    "actor_key": actor.key_id,  # CREATE_KEYED always records it
                 },
             )
         ).one()
@@ -137,7 +139,7 @@ class RequestMoves(Service):
             "actor": str(actor),
             "note": note,
             **self.clock.bind(),
-        }
+        } | ({} if actor.key_id is None else {"actor_key": actor.key_id})
 
     async def replay(
         self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None

@@ -18,9 +18,11 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.external import FIND_SIGNAL, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
 from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
 from atlas_jobs._app.lifecycle import JobState, Reason, TransitionName
+from atlas_jobs._app.transitions.base import Approver, SameHandsRefused
 from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
 from atlas_jobs._app.transitions.requests import RequestMoves
 
@@ -45,12 +47,29 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
         actor: Actor,
         note: str | None = None,
         owner: str | None = None,
+        four_eyes: Approver | None = None,
     ) -> MoveResult:
         """A reviewer's decision on a job waiting for review; after the deadline the
-        deadline wins and the decision is recorded as too late."""
+        deadline wins and the decision is recorded as too late.
+
+        With ``four_eyes`` (``ATLAS_REVIEW_FOUR_EYES``), an approval of a job waiting for
+        review by the hands that submitted it -- the same key, or any key of the same
+        holder -- raises :class:`SameHandsRefused` (nothing is written); so does one by
+        a key that names no holder (who approves must be known to differ)."""
         locked = await self._lock(conn, job_id, owner)
         if locked is None:
             return Rejected(_N.APPROVE if approve else _N.REJECT, RejectReason.NOT_FOUND)
+        if (
+            approve
+            and four_eyes is not None
+            and locked.state == JobState.WAITING
+            and locked.reason == Reason.REVIEW
+        ):
+            submitter = await reads.submitter_of(conn, job_id)
+            if four_eyes.holder is None:
+                raise SameHandsRefused(None, holder_required=True)
+            if submitter is not None and four_eyes.submitted(submitter):
+                raise SameHandsRefused(submitter.holder)
         outcome = await self.review(
             conn, job_id, approve=approve, actor=actor, note=note, owner=owner
         )

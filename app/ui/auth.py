@@ -1,7 +1,8 @@
 """Who is looking at the status page, and whether a POST may act for them.
 
-* :func:`current_viewer` -- the session cookie, verified and re-checked against
-  ``api_keys`` on every request (a revoked key is logged out at its next click).
+* :func:`current_viewer` -- the session cookie, verified, and its server-side session
+  and key checked on every request (a logout, a revoked key or an operator's "log out
+  everywhere" ends it at its next click).
 * :func:`check_same_origin` -- a POST must come from this site: ``Sec-Fetch-Site`` is
   ``same-origin`` (or ``none``: typed by the user) when the browser sends it, and an
   ``Origin`` header, when sent, names this host. SameSite=Strict already keeps the
@@ -21,7 +22,7 @@ from fastapi import Depends, Request
 
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.apikeys import Principal, Role, authenticate_with_fingerprint
+from atlas_jobs._app.apikeys import Principal, Role, authenticate_session
 from atlas_jobs._app.signing import load_secret
 from atlas_jobs._app.ui.session import COOKIE_NAME, Session, SessionCodec
 
@@ -79,7 +80,7 @@ async def viewer_from_cookie(
     if session is None:
         return None
     async with state.reads.connect() as conn:  # one statement, like the API's key check
-        principal = await authenticate_with_fingerprint(conn, session.key_id, session.fingerprint)
+        principal = await authenticate_session(conn, session.token)
     return None if principal is None else Viewer(principal, session)
 
 

@@ -26,7 +26,7 @@ from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_
 from atlas_jobs._app.api.schemas import JobPublic, ResultFile
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.api.views import effective_delivery, history_item, job_status, result_files
-from atlas_jobs._app.apikeys import authenticate, hash_key, key_fingerprint
+from atlas_jobs._app.apikeys import authenticate, end_session, open_session
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import one_snapshot
 from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
@@ -150,7 +150,9 @@ async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
             next=target,
             error="Unknown or revoked API key.",
         )
-    session = new_session(principal.key_id, key_fingerprint(hash_key(key)))
+    async with state.engine.begin() as conn:
+        token = await open_session(conn, principal.key_id, ttl_seconds=codec.ttl_seconds)
+    session = new_session(token)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE_NAME,
@@ -172,6 +174,8 @@ async def logout(request: Request, state: StateDep, codec: CodecDep) -> Response
     viewer = await viewer_from_cookie(request, state, codec)
     if viewer is not None:
         check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
+        async with state.engine.begin() as conn:  # the cookie is dead from now on
+            await end_session(conn, viewer.session.token)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
     return response

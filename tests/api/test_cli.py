@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, authenticate, create_key, open_session
 from atlas_jobs._app.db.schema import jobs
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver
@@ -192,3 +192,26 @@ async def test_result_download_refuses_a_file_that_does_not_match_its_sha256(
     assert "Traceback" not in refused.stderr
     assert not (out / "bundle.zip").exists()
     assert list(out.iterdir()) == []  # no partial file left behind
+
+
+async def test_keys_carry_a_holder_and_end_sessions_logs_out_everywhere(
+    database_url: str, data_dir: Path, engine: AsyncEngine
+) -> None:
+    base = {"DATABASE_URL": database_url, "ATLAS_DATA_DIR": str(data_dir)}
+    created = cli(
+        "keys", "create", "--owner", "dora", "--role", "reviewer", "--holder", "Dora R.", env=base
+    )
+    assert created.returncode == 0, created.stderr
+    assert "held by 'Dora R.'" in created.stderr
+    listed = cli("keys", "list", "--owner", "dora", env=base)
+    assert "holder=Dora R." in listed.stdout
+    blank = cli("keys", "create", "--owner", "dora", "--holder", "  ", env=base)
+    assert blank.returncode == 2
+    assert "holder must be" in blank.stderr
+    async with engine.begin() as conn:
+        principal = await authenticate(conn, created.stdout.strip())
+        assert principal is not None
+        await open_session(conn, principal.key_id, ttl_seconds=60)
+    assert cli("keys", "end-sessions", env=base).returncode == 2  # says whose
+    ended = cli("keys", "end-sessions", "--owner", "dora", env=base)
+    assert (ended.returncode, ended.stdout.strip()) == (0, "ended 1 session(s)")

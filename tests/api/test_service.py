@@ -87,6 +87,7 @@ def test_openapi_has_stable_operation_ids_tags_and_problem_answers() -> None:
         "operations-fail",
         "operations-replay",
         "operations-queue",
+        "operations-end-sessions",
         "health-livez",
         "health-readyz",
         "health-metrics",

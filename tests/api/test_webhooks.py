@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,11 @@ from standardwebhooks import Webhook
 from atlas_jobs._app.api.main import create_app
 from atlas_jobs._app.api.views import status_document
 from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import webhooks as store
 from atlas_jobs._app.db.schema import webhook_deliveries
 from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.webhooks import Resolver, Target, new_secret
+from atlas_jobs._workers.pinned_transport import PinnedTransport
 from atlas_jobs._workers.webhook_sender import WebhookSender
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 from tests.webhook_receiver import Receiver
@@ -260,3 +263,135 @@ async def test_an_error_status_is_retried_then_failed_with_the_code(
     assert delivery["last_error"] == "http_503"
     assert len(receiver.received) == api_settings.webhook_max_attempts
     assert len(set(receiver.ids())) == 1
+
+
+PROBE_URLS = [
+    "http://[::7f00:1]/",
+    "http://[::127.0.0.1]/",
+    "http://[64:ff9b::7f00:1]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://[2002:7f00:1::]/",
+    "http://[::ffff:0:7f00:1]/",
+]
+"""IPv6 forms of internal IPv4 addresses that ``ipaddress.is_global`` calls global."""
+
+
+def fixed_resolver(*addresses: str) -> tuple[list[str], Resolver]:
+    """A resolver answering ``addresses`` for any name, and the names it was asked."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> Sequence[str]:
+        asked.append(host)
+        return list(addresses)
+
+    return asked, resolve
+
+
+async def test_ipv6_forms_of_internal_addresses_are_refused_at_registration(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    for url in PROBE_URLS:
+        refused = await client.post("/v1/webhooks", json={"url": url}, headers=keys.a)
+        assert refused.status_code == 422, url
+        problem = refused.json()
+        assert problem["type"] == "urn:atlas-jobs:problem:invalid-request"
+        assert problem["errors"][0]["loc"] == ["body", "url"]
+        assert problem["errors"][0]["type"] == "unsafe_url"
+    # a name that resolves to public addresses and ONE internal one is refused too
+    asked, app.state.atlas.resolve = fixed_resolver("93.184.216.34", "::ffff:0:a9fe:a9fe")
+    mixed = await client.post(
+        "/v1/webhooks", json={"url": "https://hooks.example.com/x"}, headers=keys.a
+    )
+    assert mixed.status_code == 422
+    assert mixed.json()["errors"][0]["loc"] == ["body", "url"]
+    assert asked == ["hooks.example.com"]
+    asked, app.state.atlas.resolve = fixed_resolver("93.184.216.34")
+    public = await client.post(
+        "/v1/webhooks", json={"url": "https://hooks.example.com/x"}, headers=keys.a
+    )
+    assert public.status_code == 201, public.text
+    assert (await client.get("/v1/webhooks", headers=keys.a)).json()["items"][0]["url"] == (
+        "https://hooks.example.com/x"
+    )
+
+
+async def test_ipv6_forms_of_internal_addresses_are_refused_at_delivery(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    clock: Clock,
+    api_settings: Settings,
+) -> None:
+    """Endpoints stored before the guard knew these forms (or rebound since) fail their
+    deliveries as ``unsafe_url``, without a connection."""
+    hooks = []
+    async with engine.begin() as conn:
+        for url in [*PROBE_URLS, "http://rebound.example/"]:
+            row = await store.register(
+                conn, owner="alice", url=url, secret=new_secret(), description=None, created_by="t"
+            )
+            hooks.append(str(row.id))
+    jobs = [await create_job(client, keys, hook) for hook in hooks]
+    for job in jobs:
+        await driver.fail(uuid.UUID(job["id"]))
+    asked, resolve = fixed_resolver("93.184.216.34", "64:ff9b::7f00:1")  # public + NAT64 loopback
+    send = WebhookSender(engine, clock, api_settings, status_document, resolve=resolve)
+    assert await send.run_once() == 0
+    assert asked == ["rebound.example"]
+    for job in jobs:
+        page = (await client.get(f"/v1/jobs/{job['id']}/notifications", headers=keys.a)).json()
+        [delivery] = page["items"]
+        assert (delivery["state"], delivery["last_error"]) == ("failed", "unsafe_url")
+        assert delivery["attempts"] == 1
+
+
+async def test_a_delivery_connects_to_the_address_its_check_resolved(
+    api_settings: Settings,
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    clock: Clock,
+    receiver: Receiver,
+) -> None:
+    """DNS rebinding: the name is resolved once per pass, by the check, and the
+    connection goes to that address -- a second answer (here, any answer after the
+    first) is never asked for. ``hooks.test`` resolves nowhere but in the test's
+    resolver, so only the pinned address can have reached the receiver."""
+    settings = replace_settings(api_settings, webhook_internal_hosts="hooks.test")
+    url = f"http://hooks.test:{receiver.port}/hooks/atlas"
+    async with engine.begin() as conn:
+        row = await store.register(
+            conn, owner="alice", url=url, secret=new_secret(), description=None, created_by="t"
+        )
+    jobs = [await create_job(client, keys, str(row.id)) for _ in range(3)]
+    for job in jobs:
+        await driver.fail(uuid.UUID(job["id"]))
+    answers = iter([["127.0.0.1"]])
+    asked: list[str] = []
+
+    async def rebinding(host: str, port: int) -> Sequence[str]:
+        asked.append(f"{host}:{port}")
+        return next(answers, ["10.0.0.1"])  # a second answer would point elsewhere
+
+    send = WebhookSender(engine, clock, settings, status_document, resolve=rebinding)
+    assert await send.run_once() == 3
+    assert asked == [f"hooks.test:{receiver.port}"]  # once for the three deliveries
+    assert len(receiver.received) == 3
+    assert {r.headers["host"] for r in receiver.received} == {f"hooks.test:{receiver.port}"}
+    for received in receiver.received:  # signing is unchanged
+        Webhook(row.secret).verify(received.body, received.headers)
+
+
+async def test_the_pinned_transport_never_resolves_a_host_it_was_not_given(
+    receiver: Receiver,
+) -> None:
+    transport = PinnedTransport()
+    transport.pin(Target(receiver.url, "hooks.test", receiver.port, ("127.0.0.1",)))
+    async with httpx.AsyncClient(transport=transport) as http:
+        pinned = await http.post(f"http://hooks.test:{receiver.port}/x", content=b"{}")
+        assert pinned.status_code == 200
+        with pytest.raises(httpx.ConnectError, match="not checked"):
+            await http.post(f"http://localhost:{receiver.port}/x", content=b"{}")
+    assert len(receiver.received) == 1

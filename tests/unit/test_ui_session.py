@@ -7,14 +7,14 @@ import uuid
 
 import pytest
 
-from atlas_jobs._app.apikeys import generate_key, hash_key, key_fingerprint
+from atlas_jobs._app.apikeys import generate_key, hash_key, session_token_hash
 from atlas_jobs._app.ui.session import SessionCodec, new_session
 
 
 def test_a_session_round_trips_and_carries_no_key() -> None:
     key = generate_key()
     codec = SessionCodec("secret-1", ttl_seconds=60)
-    session = new_session(uuid.uuid4(), key_fingerprint(hash_key(key)))
+    session = new_session("token-1")
     value = codec.encode(session)
     assert codec.decode(value) == session
     assert key not in value
@@ -22,9 +22,17 @@ def test_a_session_round_trips_and_carries_no_key() -> None:
     assert len(session.csrf_token) >= 40
 
 
+def test_a_cookie_of_the_former_format_is_no_session() -> None:
+    """Before server-side sessions the cookie held [key id, fingerprint, csrf]: such a
+    cookie (even validly signed) names no session row and is refused."""
+    codec = SessionCodec("secret-1", ttl_seconds=60)
+    old = codec._serializer.dumps([str(uuid.uuid4()), "f" * 32, "c" * 43])
+    assert codec.decode(old) is None
+
+
 def test_a_tampered_foreign_or_malformed_cookie_is_no_session() -> None:
     codec = SessionCodec("secret-1", ttl_seconds=60)
-    value = codec.encode(new_session(uuid.uuid4(), "f" * 32))
+    value = codec.encode(new_session("token-1"))
     assert codec.decode(value[:-2] + ("A" if value[-2] != "A" else "B") + value[-1]) is None
     assert SessionCodec("secret-2", ttl_seconds=60).decode(value) is None
     assert codec.decode("") is None
@@ -34,7 +42,7 @@ def test_a_tampered_foreign_or_malformed_cookie_is_no_session() -> None:
 
 def test_a_session_expires(monkeypatch: pytest.MonkeyPatch) -> None:
     codec = SessionCodec("secret-1", ttl_seconds=60)
-    value = codec.encode(new_session(uuid.uuid4(), "f" * 32))
+    value = codec.encode(new_session("token-1"))
     now = time.time()
     monkeypatch.setattr("itsdangerous.timed.time.time", lambda: now + 59)
     assert codec.decode(value) is not None
@@ -42,8 +50,7 @@ def test_a_session_expires(monkeypatch: pytest.MonkeyPatch) -> None:
     assert codec.decode(value) is None
 
 
-def test_the_fingerprint_follows_the_stored_hash() -> None:
-    one, other = generate_key(), generate_key()
-    assert key_fingerprint(hash_key(one)) == key_fingerprint(hash_key(one))
-    assert key_fingerprint(hash_key(one)) != key_fingerprint(hash_key(other))
-    assert key_fingerprint(hash_key(one)) not in hash_key(one)
+def test_the_stored_token_hash_is_not_an_api_key_hash() -> None:
+    token = "t" * 43
+    assert session_token_hash(token) == session_token_hash(token)
+    assert session_token_hash(token) != hash_key(token)

@@ -21,8 +21,11 @@ from atlas_jobs._app.api.schemas import (
     QueueLinePublic,
     QueuePublic,
     QueueSchedulePublic,
+    SessionsEnd,
+    SessionsEnded,
 )
 from atlas_jobs._app.api.views import job_path
+from atlas_jobs._app.apikeys import end_sessions
 from atlas_jobs._app.db import reads, schedules, webhooks
 from atlas_jobs._app.lifecycle import JobState
 from atlas_jobs._app.transitions import Actor
@@ -114,12 +117,33 @@ async def replay(
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.replay(
-            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+            conn,
+            job_id,
+            actor=Actor("operator", principal.owner, key_id=principal.key_id),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     public = settle(reply)
     response.headers["Location"] = job_path(public.id)
     return public
+
+
+@router.post(
+    "/ui-sessions:end",
+    name="end-sessions",
+    response_model=SessionsEnded,
+    summary="Log out everywhere: end status-page sessions (one key's, one owner's, or all)",
+    responses=problems(400, 403, 413, 415, 422),
+)
+async def end_ui_sessions(
+    body: SessionsEnd, state: StateDep, principal: OperatorPrincipal
+) -> SessionsEnded:
+    """The sessions' cookies are refused from their next request on (the server-side
+    session rows are deleted); the keys stay valid -- revoke a key to stop its API use
+    too. With both `owner` and `key_id`, only that key's sessions if it is that owner's."""
+    async with state.engine.begin() as conn:
+        ended = await end_sessions(conn, owner=body.owner, key_id=body.key_id)
+    return SessionsEnded(ended=ended)
 
 
 @router.get(

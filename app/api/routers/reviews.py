@@ -7,10 +7,11 @@ import uuid
 from fastapi import APIRouter, Response, status
 
 from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
+from atlas_jobs._app.api.errors import FourEyesError
 from atlas_jobs._app.api.reading import answer, settle
 from atlas_jobs._app.api.responses import problems
 from atlas_jobs._app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
-from atlas_jobs._app.transitions import Actor
+from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
 
@@ -38,16 +39,33 @@ async def create_review(
     deadline loses to it (the deadline's rule is applied first): 409
     `decision-too-late`, and the late decision is recorded in the history. With the
     default review scope a reviewer decides its own owner's jobs only: another owner's
-    job is 404, as for any read."""
+    job is 404, as for any read. With four-eyes reviews on (`ATLAS_REVIEW_FOUR_EYES`),
+    an approval by the holder who submitted the job, with any of their keys, or by a
+    key without a holder, is 403 `four-eyes`."""
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.decide_review(
-            conn,
-            job_id,
-            approve=body.decision == ReviewDecision.APPROVE,
-            actor=Actor("reviewer", principal.owner),
-            note=body.note,
-            owner=principal.owner if state.settings.review_scope == "owner" else None,
-        )
-        reply = await answer(conn, outcome, response)
+    four_eyes = (
+        Approver(principal.key_id, principal.holder) if state.settings.review_four_eyes else None
+    )
+    try:
+        async with state.engine.begin() as conn:
+            outcome = await state.transitions.decide_review(
+                conn,
+                job_id,
+                approve=body.decision == ReviewDecision.APPROVE,
+                actor=Actor("reviewer", principal.owner, key_id=principal.key_id),
+                note=body.note,
+                owner=principal.owner if state.settings.review_scope == "owner" else None,
+                four_eyes=four_eyes,
+            )
+            reply = await answer(conn, outcome, response)
+    except SameHandsRefused as refused:
+        if refused.holder_required:
+            raise FourEyesError(
+                "Four-eyes reviews: approve with a key that names its holder"
+            ) from None
+        raise FourEyesError(
+            "Four-eyes reviews: the job was submitted by "
+            + (f"holder {refused.holder!r}" if refused.holder else "this key")
+            + "; another holder must approve it"
+        ) from None
     return settle(reply)

@@ -68,7 +68,9 @@ async def create_webhook(
 ) -> WebhookCreated:
     allowed, internal = state.settings.webhook_hosts
     try:
-        url = check_url(body.url, allowed_hosts=allowed, internal_hosts=internal)
+        target = await check_url(
+            body.url, allowed_hosts=allowed, internal_hosts=internal, resolve=state.resolve
+        )
     except UnsafeUrlError as exc:
         raise InvalidRequestError(
             str(exc), errors=[{"loc": ["body", "url"], "msg": str(exc), "type": "unsafe_url"}]
@@ -79,7 +81,7 @@ async def create_webhook(
         row = await store.register(
             conn,
             owner=principal.owner,
-            url=url,
+            url=target.url,
             secret=secret,
             description=body.description,
             created_by=f"{role}:{principal.owner}",

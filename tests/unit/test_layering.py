@@ -87,4 +87,5 @@ def test_nothing_imports_the_folders_as_top_level_packages() -> None:
     offenders = [
         str(path.relative_to(ROOT)) for path in sources if TOP_LEVEL_IMPORT.search(path.read_text())
     ]
-    assert sources and offenders == []
+    assert sources
+    assert offenders == []

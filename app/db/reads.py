@@ -397,8 +397,9 @@ async def live_workers(
         .subquery()
     )
     rows = await conn.execute(
-        select(listed.c.key, func.count(func.distinct(listed.c.worker_id)).label("workers"))
-        .group_by(listed.c.key)
+        select(
+            listed.c.key, func.count(func.distinct(listed.c.worker_id)).label("workers")
+        ).group_by(listed.c.key)
     )
     return {row.key: int(row.workers) for row in rows}
 

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from atlas_jobs._app import __version__, tracing
+from atlas_jobs._app.api import live_workers
 from atlas_jobs._app.api.docs_pages import install_docs
 from atlas_jobs._app.api.errors import install_error_handlers
-from atlas_jobs._app.api import live_workers
 from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.metrics import ApiMetrics
 from atlas_jobs._app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware

@@ -4,7 +4,7 @@ attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -105,7 +105,7 @@ def present_status(status: Mapping[str, Any]) -> Presentation:
     return present(status, Observation.FRESH)
 
 
-def kind_rows(kinds: list[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+def kind_rows(kinds: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(kind, version, live workers, description) per version of each kind, as the
     CLI and the status page show them: the version new jobs get marked ``*``, a version
     the API does not accept (only live workers serve it) marked ``(workers only)``."""
@@ -122,7 +122,7 @@ def kind_rows(kinds: list[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]
     return rows
 
 
-def kinds_table(kinds: list[Mapping[str, Any]]) -> list[str]:
+def kinds_table(kinds: Sequence[Mapping[str, Any]]) -> list[str]:
     """:func:`kind_rows` as aligned columns under a header."""
     header = ("KIND", "VERSION", "LIVE WORKERS", "DESCRIPTION")
     rows = [header, *kind_rows(kinds)]

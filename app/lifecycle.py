@@ -141,6 +141,23 @@ DELIVERY_DOCS: Final = MappingProxyType(
     }
 )
 
+
+class WaitingReason(StrEnum):
+    """What holds a ``queued`` job (the status body's ``waiting_for.reason``). Not a
+    state nor a reason of one: computed when the status is read, never stored."""
+
+    NO_WORKER = "no_worker"
+
+
+WAITING_DOCS: Final = MappingProxyType(
+    {
+        WaitingReason.NO_WORKER: (
+            "No live worker process serves the job's kind@version (none registered a "
+            "heartbeat within the live window): it stays queued until one does."
+        ),
+    }
+)
+
 DELIVERY_MOVES: Final = frozenset(
     {
         (DeliveryState.NONE, DeliveryState.PARTIAL_PRIVATE),

@@ -165,6 +165,22 @@ def render() -> str:
         ).label
         + " (no link).",
         "",
+        "A queued job whose `kind@version` no live worker serves (`waiting_for.reason` "
+        "`no_worker`) reads: "
+        + present(
+            {
+                **_example(JobState.QUEUED, "new", DeliveryState.NONE),
+                "waiting_for": {
+                    "reason": "no_worker",
+                    "kind": "thumbnail.render@2",
+                    "message": "no live worker serves thumbnail.render@2",
+                },
+            },
+            Observation.FRESH,
+            now=NOW,
+        ).label
+        + " -- the job stays queued until such a worker is live; it is never failed for it.",
+        "",
         "## The other observations (whatever the state)",
         "",
         "Observation belongs to the client: it says how fresh its knowledge is, never what",

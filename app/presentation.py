@@ -107,7 +107,20 @@ def _queued_label(status: Mapping[str, Any]) -> str:
         "review_approved": "Queued; review approved",
         "event_received": "Queued; the awaited event arrived",
     }
-    return labels.get(str(reason), "Queued")
+    label = labels.get(str(reason), "Queued")
+    holding = _waiting_phrase(status.get("waiting_for"))
+    return f"{label} — {holding}" if holding else label
+
+
+def _waiting_phrase(waiting: Any) -> str | None:
+    """What holds a queued job (``waiting_for``), as words: "no worker serves
+    thumbnail.render@2"; for a reason this client does not know, the server's message."""
+    if not isinstance(waiting, Mapping):
+        return None
+    if waiting.get("reason") == "no_worker":
+        return f"no worker serves {waiting.get('kind')}"
+    message = waiting.get("message")
+    return str(message) if message else None
 
 
 def present(

@@ -119,6 +119,39 @@ class Settings(BaseSettings):
         gt=0,
         description="How often each worker process's sweeper looks at the dead row counts.",
     )
+    worker_heartbeat_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "How often each worker process writes its row of the worker registry "
+            "(worker_processes: host, pid, concurrency, the kind@version keys it serves) "
+            "-- one small statement per process per interval, beside the lease heartbeat."
+        ),
+    )
+    worker_live_window_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description=(
+            "A worker process whose registry heartbeat is older than this is not live: "
+            "GET /v1/kinds does not count it and a queued job only it could run shows "
+            "waiting_for no_worker. Keep it about 3x ATLAS_WORKER_HEARTBEAT_SECONDS."
+        ),
+    )
+    worker_forget_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="The sweeper deletes a dead worker process's registry row this long "
+        "after its last heartbeat (a cleanly stopped process deletes its own at once).",
+    )
+    live_workers_refresh_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description=(
+            "How often each API process reads the live workers per kind@version (one "
+            "query, kept in memory): what waiting_for and GET /v1/kinds show, at most "
+            "this old."
+        ),
+    )
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     startup_wait_seconds: float = Field(
         default=30.0,
@@ -314,6 +347,16 @@ class Settings(BaseSettings):
                 "ATLAS_HTTP_LIMIT_CONCURRENCY must exceed ATLAS_WATCH_MAX_TOTAL: long-polls "
                 "and event streams count as open connections too, and ordinary requests "
                 "need room beside them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _live_window_outlasts_a_beat(self) -> Settings:
+        if self.worker_live_window_seconds <= self.worker_heartbeat_seconds:
+            raise ValueError(
+                "ATLAS_WORKER_LIVE_WINDOW_SECONDS must exceed "
+                "ATLAS_WORKER_HEARTBEAT_SECONDS (about 3x): otherwise a live worker "
+                "looks dead between two beats"
             )
         return self
 

@@ -37,18 +37,26 @@ def sent(engine: AsyncEngine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
 
 
+API_BACKGROUND_TASKS = ("metrics-sampler", "live-workers")
+"""The API's loops that query on their own cadence: the metrics sampler and the
+live-worker refresher (atlas_jobs._app.api.live_workers)."""
+
+
 @contextmanager
-def statements(engine: AsyncEngine, *, except_task: str | None = None) -> Iterator[list[str]]:
+def statements(
+    engine: AsyncEngine, *, except_task: str | tuple[str, ...] | None = None
+) -> Iterator[list[str]]:
     """Every statement the engine sends meanwhile (one round trip each), folded. With
-    ``except_task``, not those of the asyncio task of that name: a background loop that
-    queries on its own cadence (the API's metrics sampler, whose first sample can land
+    ``except_task``, not those of the asyncio task(s) of that name: a background loop
+    that queries on its own cadence (:data:`API_BACKGROUND_TASKS`, whose reads can land
     inside the block on a busy machine)."""
     seen: list[str] = []
+    skipped = (except_task,) if isinstance(except_task, str) else except_task
 
     def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if except_task is not None:
+        if skipped is not None:
             task = asyncio.current_task()
-            if task is not None and task.get_name() == except_task:
+            if task is not None and task.get_name() in skipped:
                 return
         seen.append(folded(statement))
 

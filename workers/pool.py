@@ -44,7 +44,10 @@ all) to the completer's batch -- so a group commit takes as many jobs as the cla
 
 Beside it run one heartbeat loop for every held attempt, a reaper, a sweeper and a
 scheduler (every process runs them; ``SKIP LOCKED`` and the tick rows make that safe)
-and the LISTEN connection.
+and the LISTEN connection. The process's row of the worker registry
+(:mod:`atlas_jobs._workers.registration`: the ``kind@version`` keys it serves) is written
+before the first claim and every ``ATLAS_WORKER_HEARTBEAT_SECONDS``, on the heartbeat
+connection; it is deleted as soon as claiming stops on a clean shutdown.
 
 SIGTERM/SIGINT: stop claiming; jobs waiting in the local queue are released at once;
 every running job stops at its next safe point and is released (back to ``queued``,
@@ -92,6 +95,7 @@ from atlas_jobs._workers.heartbeat import Heartbeat
 from atlas_jobs._workers.listener import WorkListener
 from atlas_jobs._workers.pruner import Pruner
 from atlas_jobs._workers.reaper import Reaper
+from atlas_jobs._workers.registration import Registration, stop_beating
 from atlas_jobs._workers.reindexer import MIB, Reindexer
 from atlas_jobs._workers.runner import JobRunner
 from atlas_jobs._workers.scheduler import Scheduler
@@ -188,6 +192,16 @@ class WorkerPool:
             self._lose,
             on_beat=self._start_canceled,
         )
+        # The worker registry's row (what GET /v1/kinds counts and waiting_for reads):
+        # on the heartbeat connection too, so a busy pool never makes it look dead.
+        self.registration = Registration(
+            self.heartbeat_engine,
+            self.transitions.clock,
+            worker_id=self.worker_id,
+            serves=self.handlers,
+            concurrency=concurrency,
+        )
+        self._registering: asyncio.Task[None] | None = None
         self.reaper = Reaper(self.engine, self.transitions)
         self.pruner = Pruner(
             self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
@@ -200,6 +214,7 @@ class WorkerPool:
             self.transitions,
             self.store,
             pruner=self.pruner,
+            forget_workers_seconds=settings.worker_forget_seconds,
             reindexer=(
                 Reindexer(
                     self.engine,
@@ -384,16 +399,39 @@ class WorkerPool:
                     name="webhooks",
                 )
             )
+        await self._register()
         try:
             await self._claim_loop(stop)
+            await self._withdraw()  # claiming has stopped: it serves nothing new
             await self._drain()
         finally:
+            await self._withdraw()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self.engine.dispose()
             await self.heartbeat_engine.dispose()
             log.info("worker.stopped", worker_id=self.worker_id)
+
+    async def _register(self) -> None:
+        """The registry row now (before the first claim), then a beat every
+        ``ATLAS_WORKER_HEARTBEAT_SECONDS``. A failed first write is retried by the beats."""
+        try:
+            await self.registration.run_once()
+        except Exception as exc:
+            log.warning("registration.failed", error_class=type(exc).__name__)
+        self._registering = asyncio.create_task(
+            self._every(self.settings.worker_heartbeat_seconds, self.registration.run_once),
+            name="registration",
+        )
+
+    async def _withdraw(self) -> None:
+        """Stop beating and delete the registry row (once; never raises)."""
+        task, self._registering = self._registering, None
+        if task is None:
+            return
+        await stop_beating(task)
+        await self.registration.withdraw()
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         keys = sorted(self.handlers)

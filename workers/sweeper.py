@@ -15,6 +15,8 @@
 * Then, at most every few seconds, a hot table holding many dead row versions is
   vacuumed without waiting for autovacuum's next visit (:mod:`atlas_jobs._workers.vacuumer`; one
   worker process at a time).
+* Then the worker registry's rows of processes dead for ``ATLAS_WORKER_FORGET_SECONDS``
+  (killed, their machine gone: no clean shutdown deleted them) are deleted.
 * Last, at most every few minutes, an index of ``jobs`` that outgrew the table's rows
   (a drained backlog leaves B-trees at their peak size) is rebuilt concurrently
   (:mod:`atlas_jobs._workers.reindexer`; one worker process at a time).
@@ -30,7 +32,7 @@ from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.db import reads
+from atlas_jobs._app.db import reads, workers
 from atlas_jobs._app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
 from atlas_jobs._app.lifecycle import TERMINAL_STATES, DeliveryState
 from atlas_jobs._app.logs import get_logger
@@ -51,6 +53,7 @@ class SweepReport:
     pruned: int = 0
     reindexed: int = 0
     vacuumed: int = 0
+    forgotten_workers: int = 0
 
 
 class Sweeper:
@@ -64,6 +67,7 @@ class Sweeper:
         pruner: Pruner | None = None,
         reindexer: Reindexer | Literal["off"] | None = None,
         vacuumer: Vacuumer | None = None,
+        forget_workers_seconds: float | None = None,
     ) -> None:
         self.engine = engine
         self.transitions = transitions
@@ -75,6 +79,8 @@ class Sweeper:
             None if reindexer == "off" else reindexer if reindexer else Reindexer(engine)
         )
         self.vacuumer = vacuumer
+        self.forget_workers_seconds = forget_workers_seconds
+        """None: the worker registry is left alone (a sweeper built bare)."""
         """None: autovacuum alone (ATLAS_VACUUM_DEAD_ROWS=0, or a sweeper built bare)."""
 
     async def run_once(self) -> SweepReport:
@@ -93,6 +99,7 @@ class Sweeper:
         await self._remove_unreferenced_published()  # issue 8: a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
+        forgotten = await self._forget_dead_workers()
         vacuumed = len(await self.vacuumer.run_if_due()) if self.vacuumer else 0
         reindexed = len(await self.reindexer.run_if_due()) if self.reindexer else 0
         return SweepReport(
@@ -102,7 +109,20 @@ class Sweeper:
             pruned=pruned,
             reindexed=reindexed,
             vacuumed=vacuumed,
+            forgotten_workers=forgotten,
         )
+
+    async def _forget_dead_workers(self) -> int:
+        """One statement over the registry's few rows."""
+        if self.forget_workers_seconds is None:
+            return 0
+        async with self.engine.begin() as conn:
+            forgotten = await workers.forget_dead(
+                conn, self.transitions.clock, after_seconds=self.forget_workers_seconds
+            )
+        if forgotten:
+            log.info("workers.forgotten", workers=forgotten)
+        return forgotten
 
     async def _deadline_batch(self) -> tuple[int, int]:
         t = self.transitions

@@ -26,7 +26,7 @@ from atlas_jobs._app.api.errors import JobNotFoundError
 from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.schemas import JobPublic
 from atlas_jobs._app.api.snapshots import Snapshot
-from atlas_jobs._app.api.views import etag_matches
+from atlas_jobs._app.api.views import etag_matches, waiting_for, waiting_tag, with_current_waiting
 from atlas_jobs._app.apikeys import Principal
 from atlas_jobs._app.lifecycle import JobState, is_terminal
 
@@ -63,7 +63,7 @@ async def held_status(
         # Hold while the client's copy is current (If-None-Match), or -- without a
         # validator -- until the next change of a job that can still change.
         baseline = job.version
-        holding = etag_matches(if_none_match, job.version) or (
+        holding = etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))) or (
             not if_none_match and not is_terminal(JobState(job.state))
         )
         deadline = time.monotonic() + wait
@@ -76,7 +76,10 @@ async def held_status(
             job = _visible(snapshot, owner)
         assert snapshot is not None
         assert snapshot.status is not None  # a visible job has its status body
-        return Held(job, snapshot.status, snapshot.observed_now())
+        # The snapshot's body was built at its read; what holds a queued job is as of now
+        # (the same answer a plain read gives, and its ETag).
+        status = with_current_waiting(snapshot.status, job)
+        return Held(job, status, snapshot.observed_now())
 
 
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from atlas_jobs._app import __version__, tracing
+from atlas_jobs._app.api import live_workers
 from atlas_jobs._app.api.docs_pages import install_docs
 from atlas_jobs._app.api.errors import install_error_handlers
 from atlas_jobs._app.api.feeds import FeedHub
@@ -30,6 +31,7 @@ from atlas_jobs._app.api.routers import (
     events,
     health,
     jobs,
+    kinds,
     operations,
     results,
     reviews,
@@ -67,6 +69,10 @@ TAGS = [
         "description": "External events for jobs waiting for one (deduplicated by event id).",
     },
     {"name": "operations", "description": "Operator decisions and the queue view."},
+    {
+        "name": "kinds",
+        "description": "The job kinds: versions, input schemas, live workers per version.",
+    },
     {"name": "schedules", "description": "Cron triggers: one job per tick, exactly once."},
     {"name": "webhooks", "description": "Completion callbacks: endpoints and deliveries."},
     {"name": "health", "description": "Liveness, readiness, metrics (at the root)."},
@@ -113,13 +119,26 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             ),
             name="metrics-sampler",
         )
+        live_workers.install(state.live_workers)
+        refresher = asyncio.create_task(
+            live_workers.run_refresher(
+                engine,
+                clock,
+                state.live_workers,
+                every_seconds=settings.live_workers_refresh_seconds,
+                window_seconds=settings.worker_live_window_seconds,
+            ),
+            name="live-workers",
+        )
         freeze_startup_heap()  # full collections walk only what requests allocate
         try:
             yield
         finally:
             state.draining = True
+            live_workers.uninstall(state.live_workers)
             sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+            refresher.cancel()
+            await asyncio.gather(sampler, refresher, return_exceptions=True)
             await feeds.stop()
             await notifier.stop()
             await engine.dispose()
@@ -144,6 +163,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         reviews.router,
         signals.router,
         operations.router,
+        kinds.router,
         schedules.router,
         webhooks.router,
         health.router,

@@ -28,6 +28,8 @@ from atlas_jobs._app.api.views import (
     job_status,
     next_attempt_at,
     retry_after_seconds,
+    waiting_for,
+    waiting_tag,
 )
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
@@ -92,7 +94,7 @@ async def read_status_unless_current(
         job = await read_job()
         if job is None:
             raise JobNotFoundError()
-        if etag_matches(if_none_match, job.version):
+        if etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))):
             return job, None
         return await _same_version_status(conn, job, read_job, if_none_match=if_none_match)
 
@@ -120,15 +122,21 @@ async def _same_version_status(
         job = await read_job()
         if job is None:
             raise JobNotFoundError()
-        if etag_matches(if_none_match, job.version):
+        if etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))):
             return job, None
     return job, await public_status(conn, job)
 
 
-def status_headers(job: Any, *, now: datetime | None = None) -> dict[str, str]:
+def status_headers(
+    job: Any, *, now: datetime | None = None, public: JobPublic | None = None
+) -> dict[str, str]:
     """ETag always; Retry-After while the job is not terminal (against ``now``, else the
-    database time the row was read or written at). From the row alone."""
-    found = {"ETag": etag(job.version)}
+    database time the row was read or written at). From the row, and from ``public``
+    (the body sent with them) for what holds a queued job: the ETag names the body sent."""
+    waiting = waiting_tag(public.waiting_for) if public is not None else None
+    if public is None:
+        waiting = waiting_tag(waiting_for(job))
+    found = {"ETag": etag(job.version, waiting)}
     state = JobState(job.state)
     if not is_terminal(state):
         now = now or getattr(job, "observed_at", None) or datetime.now(UTC)
@@ -173,7 +181,7 @@ def status_response(
 
 async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
     public = await public_status(conn, job)
-    response.headers.update(status_headers(job))
+    response.headers.update(status_headers(job, public=public))
     return public
 
 

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from atlas_jobs._app.kinds import KINDS, KindSpec
-from atlas_jobs._app.lifecycle import DeliveryState, JobState, Reason, TransitionName
+from atlas_jobs._app.lifecycle import (
+    DeliveryState,
+    JobState,
+    Reason,
+    TransitionName,
+    WaitingReason,
+)
 
 
 class StrictModel(BaseModel):
@@ -265,6 +271,23 @@ class WaitPublic(BaseModel):
     )
 
 
+class WaitingForPublic(BaseModel):
+    """What holds a queued job, when something does. More reasons may be added: a
+    client shows `message` for a reason it does not know."""
+
+    reason: WaitingReason = Field(
+        description="What holds it: `no_worker` -- no live worker process serves the "
+        "job's kind@version."
+    )
+    kind: str | None = Field(
+        description="The `kind@version` it waits for a worker of (reason `no_worker`).",
+        examples=["atlas.bundle@1"],
+    )
+    message: str = Field(
+        description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
+    )
+
+
 class JobLinks(BaseModel):
     """Where to go next from this status (paths relative to the API's base URL)."""
 
@@ -310,6 +333,11 @@ class JobPublic(BaseModel):
     cancel: CancelPublic | None = Field(description="Set once cancellation was requested.")
     replay_of: uuid.UUID | None = Field(
         description="The job this one replays (an operator's replay creates a new job)."
+    )
+    waiting_for: WaitingForPublic | None = Field(
+        description="Set on a queued job that something holds (no live worker serves its "
+        "kind@version); null otherwise. Read from the API's view of the live workers, "
+        "at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 
@@ -481,6 +509,43 @@ class QueuePublic(BaseModel):
     webhooks_pending: int = Field(
         default=0, description="Webhook deliveries waiting for an attempt or being sent."
     )
+
+
+class KindVersionPublic(BaseModel):
+    """One version of a kind: whether the API accepts it, and who runs it now."""
+
+    version: int = Field(description="The kind's version.")
+    accepted: bool = Field(
+        description="The API creates jobs of this version (the kind's version) or "
+        "declares it compatible; false for a version only live workers name."
+    )
+    live_workers: int = Field(
+        description="Live worker processes serving it now (their registry heartbeat is "
+        "within ATLAS_WORKER_LIVE_WINDOW_SECONDS), compatible handlers included."
+    )
+
+
+class KindPublic(BaseModel):
+    """A job kind."""
+
+    name: str = Field(description="The kind, as POST /v1/jobs names it.", examples=["atlas.bundle"])
+    version: int | None = Field(
+        description="The version new jobs get; null for a kind only live workers serve "
+        "(the API does not accept it)."
+    )
+    description: str | None = Field(description="What the kind does.")
+    input_schema: dict[str, Any] | None = Field(
+        description="The JSON Schema of the kind's input; null for a kind the API does not accept."
+    )
+    versions: list[KindVersionPublic] = Field(
+        description="Every version the API accepts or a live worker serves, oldest first."
+    )
+
+
+class KindsPublic(BaseModel):
+    """Every kind the API accepts and every kind a live worker serves."""
+
+    kinds: list[KindPublic] = Field(description="The kinds, by name.")
 
 
 class Problem(BaseModel):

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.keycache import KeyCache
+from atlas_jobs._app.api.live_workers import LiveWorkers
 from atlas_jobs._app.api.metrics import ApiMetrics
 from atlas_jobs._app.api.notifier import JobChangeNotifier
 from atlas_jobs._app.clock import Clock
@@ -34,6 +35,9 @@ class ApiState:
     draining: bool = False
     resolve: Resolver = system_resolve
     """Host names -> addresses for the webhook URL check (off the event loop)."""
+    live_workers: LiveWorkers = field(default_factory=LiveWorkers)
+    """The live worker processes per kind@version, refreshed in the background
+    (``atlas_jobs._app.api.live_workers``)."""
     keys: KeyCache = field(init=False)
     """Recent successful API-key lookups (``atlas_jobs._app.api.keycache``)."""
     reads: AutocommitConnections = field(init=False)

@@ -7,8 +7,17 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, ResultFile
-from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from atlas_jobs._app.api import live_workers
+from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, ResultFile, WaitingForPublic
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import (
+    ACTIVE_STATES,
+    DeliveryState,
+    JobState,
+    Reason,
+    WaitingReason,
+    is_terminal,
+)
 from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
 
 API_PREFIX = "/v1"
@@ -49,6 +58,44 @@ def effective_delivery(job: Any) -> DeliveryState:
     ):
         return DeliveryState.EXPIRED
     return delivery
+
+
+def waiting_for(job: Any) -> dict[str, Any] | None:
+    """What holds a queued job (``waiting_for``), from the row and this process's view of
+    the live workers (:mod:`atlas_jobs._app.api.live_workers`): no query. ``None`` for a job
+    that is not queued, or while nothing is known of the workers (no API in this
+    process, or its first read has not answered)."""
+    if job.state != JobState.QUEUED:
+        return None
+    live = live_workers.current()
+    key = handler_key(job.kind, job.kind_version)
+    if live is None or live.serving(key) != 0:
+        return None
+    return {
+        "reason": WaitingReason.NO_WORKER,
+        "kind": key,
+        "message": f"no live worker serves {key}",
+    }
+
+
+def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | None:
+    """The part of the status validator that ``waiting_for`` decides (its reason)."""
+    if waiting is None:
+        return None
+    if isinstance(waiting, WaitingForPublic):
+        return waiting.reason.value
+    return str(WaitingReason(waiting["reason"]).value)
+
+
+def with_current_waiting(public: JobPublic, job: Any) -> JobPublic:
+    """``public`` (built earlier: a feed's snapshot) with ``waiting_for`` as the live
+    workers are now -- the same object when nothing changed."""
+    now = waiting_for(job)
+    if waiting_tag(now) == waiting_tag(public.waiting_for):
+        return public
+    return public.model_copy(
+        update={"waiting_for": None if now is None else WaitingForPublic.model_validate(now)}
+    )
 
 
 def status_document(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
@@ -105,6 +152,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
         "replay_of": job.replay_of,
+        "waiting_for": waiting_for(job),
         "links": {
             "self": path,
             "history": f"{path}/history",
@@ -172,18 +220,25 @@ def next_attempt_at(job: Any) -> datetime | None:
     return job.available_at if retrying else None
 
 
-def etag(version: int) -> str:
-    return f'W/"{version}"'
+def _opaque(version: int, waiting: str | None) -> str:
+    return f'"{version}-{waiting}"' if waiting else f'"{version}"'
 
 
-def etag_matches(header: str | None, version: int) -> bool:
+def etag(version: int, waiting: str | None = None) -> str:
+    """The status's validator: the row's version, and what holds it (``waiting_for``'s
+    reason) -- the body changes when a queued job's last worker goes away although the
+    row does not, so a client holding the old body must not get 304."""
+    return f"W/{_opaque(version, waiting)}"
+
+
+def etag_matches(header: str | None, version: int, waiting: str | None = None) -> bool:
     """``If-None-Match`` semantics with weak comparison (RFC 9110 section 13.1.2)."""
     if not header:
         return False
     if header.strip() == "*":
         return True
     wanted = {tag.strip().removeprefix("W/") for tag in header.split(",")}
-    return f'"{version}"' in wanted
+    return _opaque(version, waiting) in wanted
 
 
 def retry_after_seconds(state: JobState, next_attempt_at: datetime | None, now: datetime) -> int:

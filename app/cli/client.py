@@ -1,5 +1,6 @@
 """Client verbs (``submit``, ``status``, ``watch``, ``list``, ``history``, ``events``,
-``cancel``, ``result``) over HTTP, through the client library :mod:`atlas_jobs._app.client`.
+``cancel``, ``result``, ``kinds``) over HTTP, through the client library
+:mod:`atlas_jobs._app.client`.
 
 Where: ``--url`` / ``ATLAS_URL`` and ``--api-key`` / ``ATLAS_API_KEY``. Every failure is
 one line on stderr saying what to do, never a traceback, with a documented exit code:
@@ -35,7 +36,13 @@ from rich.console import Console
 from rich.live import Live
 
 from atlas_jobs._app.cli.batchfile import submit_file
-from atlas_jobs._app.cli.render import facts, present_status, watch_line, watch_panel
+from atlas_jobs._app.cli.render import (
+    facts,
+    kinds_table,
+    present_status,
+    watch_line,
+    watch_panel,
+)
 from atlas_jobs._app.client import (
     DEFAULT_URL,
     ClientError,
@@ -353,6 +360,25 @@ def result(
             typer.echo(str(target))
 
 
+def kinds(
+    as_json: JsonFlag = False,
+    url: UrlOption = DEFAULT_URL,
+    api_key: KeyOption = None,
+) -> None:
+    """List the job kinds: each version (the one new jobs get marked *), the live
+    workers serving it now, and the kind's description. A version no API accepts but
+    live workers serve is marked "(workers only)"."""
+    with _connected(url, api_key) as client:
+        found = client.kinds()
+    if as_json:
+        _print_json(found)
+        return
+    for line in kinds_table(found):
+        typer.echo(line)
+    if not found:
+        _say("no kinds")
+
+
 VERBS: dict[str, Callable[..., None]] = {
     "submit": submit,
     "status": status,
@@ -362,6 +388,7 @@ VERBS: dict[str, Callable[..., None]] = {
     "events": events,
     "cancel": cancel,
     "result": result,
+    "kinds": kinds,
 }
 
 

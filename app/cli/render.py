@@ -4,7 +4,7 @@ attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -103,3 +103,31 @@ def watch_panel(observer: Observer, job_id: str) -> RenderableType:
 def present_status(status: Mapping[str, Any]) -> Presentation:
     """A status just read: a fresh observation."""
     return present(status, Observation.FRESH)
+
+
+def kind_rows(kinds: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(kind, version, live workers, description) per version of each kind, as the
+    CLI and the status page show them: the version new jobs get marked ``*``, a version
+    the API does not accept (only live workers serve it) marked ``(workers only)``."""
+    rows: list[tuple[str, str, str, str]] = []
+    for kind in kinds:
+        description = str(kind.get("description") or "")
+        for version in kind.get("versions") or []:
+            shown = f"v{version['version']}"
+            if version["version"] == kind.get("version"):
+                shown += " *"
+            elif not version.get("accepted", True):
+                shown += " (workers only)"
+            rows.append((str(kind["name"]), shown, str(version["live_workers"]), description))
+    return rows
+
+
+def kinds_table(kinds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """:func:`kind_rows` as aligned columns under a header."""
+    header = ("KIND", "VERSION", "LIVE WORKERS", "DESCRIPTION")
+    rows = [header, *kind_rows(kinds)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return [
+        f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}".rstrip()
+        for row in rows
+    ]

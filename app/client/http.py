@@ -243,6 +243,13 @@ class JobsClient:
         ).json()
         return body
 
+    def kinds(self) -> list[dict[str, Any]]:
+        """Every job kind (``GET /v1/kinds``): versions, live workers per version,
+        description and input schema."""
+        body: dict[str, Any] = self._check(self._send("GET", "/v1/kinds"), frozenset({200})).json()
+        kinds: list[dict[str, Any]] = body["kinds"]
+        return kinds
+
     def history(self, job_id: str) -> list[dict[str, Any]]:
         """Every recorded transition, oldest first (all pages)."""
         items: list[dict[str, Any]] = []

@@ -10,10 +10,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    func,
+    literal,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,6 +39,7 @@ from atlas_jobs._app.db.schema import (
     job_signals,
     job_stages,
     jobs,
+    worker_processes,
 )
 from atlas_jobs._app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState, TransitionName
 
@@ -395,6 +406,29 @@ async def queue_gauges(conn: AsyncConnection, now: ColumnElement[datetime]) -> l
     return list(rows.all())
 
 
+async def live_workers(
+    conn: AsyncConnection, now: ColumnElement[datetime], *, window_seconds: float
+) -> dict[str, int]:
+    """How many live worker processes serve each ``kind@version`` key: those whose
+    registry heartbeat is at most ``window_seconds`` old at ``now``. One statement over
+    the registry's few rows (one per worker process)."""
+    key = func.unnest(worker_processes.c.serves).label("key")
+    listed = (
+        select(worker_processes.c.worker_id, key)
+        .where(
+            worker_processes.c.heartbeat_at
+            >= now - literal(timedelta(seconds=window_seconds), INTERVAL())
+        )
+        .subquery()
+    )
+    rows = await conn.execute(
+        select(
+            listed.c.key, func.count(func.distinct(listed.c.worker_id)).label("workers")
+        ).group_by(listed.c.key)
+    )
+    return {row.key: int(row.workers) for row in rows}
+
+
 __all__ = [
     "JobFilter",
     "QueueLine",
@@ -407,6 +441,7 @@ __all__ = [
     "idempotency_keys_seen",
     "job_states",
     "list_jobs",
+    "live_workers",
     "migration_heads",
     "oldest_claimable_age",
     "plan_stages",

@@ -572,3 +572,31 @@ Index(
 )
 Index("ix_webhook_deliveries_job_id", webhook_deliveries.c.job_id, webhook_deliveries.c.seq)
 Index("ix_webhook_deliveries_webhook_id", webhook_deliveries.c.webhook_id)
+
+# -- the worker registry -------------------------------------------------------------
+# One row per running worker process, written by the process itself
+# (atlas_jobs._app.db.workers): upserted when it starts and every
+# ATLAS_WORKER_HEARTBEAT_SECONDS, deleted on a clean shutdown. A row whose heartbeat is
+# older than ATLAS_WORKER_LIVE_WINDOW_SECONDS is a dead process's (killed, frozen, its
+# machine gone): readers do not count it, and the sweeper deletes it after
+# ATLAS_WORKER_FORGET_SECONDS. A few rows, one small update per process per interval:
+# with room on the page and nothing indexed but the key, every beat is a HOT update.
+# Never read or written by the claim path.
+WORKERS_STORAGE = {"fillfactor": "50", **APPENDED_STORAGE}
+
+worker_processes = Table(
+    "worker_processes",
+    metadata,
+    Column("worker_id", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", TZ, nullable=False, server_default=NOW),
+    Column("heartbeat_at", TZ, nullable=False, server_default=NOW),
+    # The "kind@version" keys it runs (atlas_jobs._app.kinds.handler_key), compatible
+    # versions included: what its claims ask for.
+    Column("serves", ARRAY(Text), nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    PrimaryKeyConstraint("worker_id"),
+    CheckConstraint("concurrency > 0", name="concurrency_positive"),
+    postgresql_with=WORKERS_STORAGE,
+)

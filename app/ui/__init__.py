@@ -3,7 +3,8 @@
 ``/ui/login`` takes an API key once and sets a signed, HTTP-only, SameSite=Strict session
 cookie (:mod:`atlas_jobs._app.ui.session`); ``/ui/jobs`` lists the caller's jobs; ``/ui/jobs/{id}``
 shows one job -- label, stages, delivery, history, download links, Cancel -- live from
-the job's feed (:mod:`atlas_jobs._app.ui.live`); ``/ui/queue`` is the operators' queue view. No
+the job's feed (:mod:`atlas_jobs._app.ui.live`); ``/ui/kinds`` lists the kinds and the live
+workers per version; ``/ui/queue`` is the operators' queue view. No
 route here is in the OpenAPI document.
 """
 

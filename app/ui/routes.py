@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from atlas_jobs._app.api.deps import StateDep, visible_owner
 from atlas_jobs._app.api.errors import ApiError, JobNotFoundError
 from atlas_jobs._app.api.reading import answer, public_status
-from atlas_jobs._app.api.routers import operations
+from atlas_jobs._app.api.routers import kinds, operations
 from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
 from atlas_jobs._app.api.schemas import JobPublic, ResultFile
 from atlas_jobs._app.api.state import ApiState
@@ -338,6 +338,13 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
         notice=notice,
     )
     return page("panel.html", viewer, view=view)
+
+
+@router.get("/kinds", name="ui-kinds")
+async def kinds_page(state: StateDep, viewer: CurrentViewer) -> Response:
+    """Every kind, its versions and the live workers serving each (GET /v1/kinds)."""
+    view = await kinds.list_kinds(state, viewer.principal)
+    return page("kinds.html", viewer, kinds=view)
 
 
 # --- operators ------------------------------------------------------------------------

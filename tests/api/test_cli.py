@@ -60,7 +60,8 @@ async def test_keys_create_then_client_verbs_over_http(
     shown = cli("status", job_id, "--json", env=client_env)
     assert json.loads(shown.stdout)["id"] == job_id
     facts = cli("status", job_id, env=client_env)
-    assert facts.stdout.splitlines()[0] == "Queued"
+    # (no worker process runs beside this API: the label says what holds the job)
+    assert facts.stdout.splitlines()[0] == "Queued — no worker serves atlas.bundle@1"
     assert job_id in facts.stdout
 
     not_ready = cli("result", job_id, env=client_env)

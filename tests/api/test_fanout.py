@@ -29,7 +29,7 @@ from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver, Keys, parse_sse
-from tests.sent_statements import statements
+from tests.sent_statements import API_BACKGROUND_TASKS, statements
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 JOB_READ = re.compile(r"\bFROM jobs\b")
@@ -79,7 +79,7 @@ async def test_fifty_long_polls_share_one_read_per_change(
     # (a watcher is counted before the feed's first read returns: wait for that read)
     await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1, "concurrent first watchers share the first read"
-    with statements(app.state.atlas.engine, except_task="metrics-sampler") as sent:
+    with statements(app.state.atlas.engine, except_task=API_BACKGROUND_TASKS) as sent:
         await driver.claim(job_id)
         answers = await asyncio.gather(*polls)
     assert [a.status_code for a in answers] == [200] * WATCHERS
@@ -104,7 +104,7 @@ async def test_fifty_event_streams_share_one_read_per_change(
     await until(lambda: feeds.caps.watching == WATCHERS, "every stream to be open")
     await until(lambda: feeds.reads >= 1, "the feed's first read")
     assert feeds.reads == 1
-    with statements(app.state.atlas.engine, except_task="metrics-sampler") as sent:
+    with statements(app.state.atlas.engine, except_task=API_BACKGROUND_TASKS) as sent:
         await cancel(driver, job_id)  # queued -> canceled: a transition, and the end
         answers = await asyncio.gather(*streams)
     for answer in answers:

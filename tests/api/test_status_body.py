@@ -22,9 +22,10 @@ from atlas_jobs._app.api.schemas import (
     JobPublic,
     ProgressPublic,
     StagePublic,
+    WaitingForPublic,
     WaitPublic,
 )
-from atlas_jobs._app.api.views import effective_delivery, job_path, next_attempt_at
+from atlas_jobs._app.api.views import effective_delivery, job_path, next_attempt_at, waiting_for
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
@@ -96,6 +97,9 @@ def model_by_model(job: Any, stages: Sequence[Any]) -> JobPublic:
         error=_error(job.error),
         cancel=cancel,
         replay_of=job.replay_of,
+        waiting_for=(
+            WaitingForPublic.model_validate(waiting) if (waiting := waiting_for(job)) else None
+        ),
         links=JobLinks(
             self=path,
             history=f"{path}/history",

@@ -44,7 +44,13 @@ from atlas_jobs._app.api.schemas import (
     JobPage,
     JobPublic,
 )
-from atlas_jobs._app.api.views import etag_matches, history_item, job_path, job_status
+from atlas_jobs._app.api.views import (
+    etag_matches,
+    history_item,
+    job_path,
+    job_status,
+    waiting_tag,
+)
 from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import JobState
@@ -105,7 +111,7 @@ async def create(body: JobCreate, request: Request, principal: CurrentPrincipal)
         )
         bind_job(created.job.id)
         public = await public_status(conn, created.job)
-    found = status_headers(created.job)
+    found = status_headers(created.job, public=public)
     found["Location"] = job_path(created.job.id)
     if created.replayed:
         found["Idempotency-Replayed"] = "true"
@@ -243,7 +249,7 @@ async def get(job_id: uuid.UUID, principal: CurrentPrincipal, request: Request) 
             clock=state.clock,
             if_none_match=if_none_match,
         )
-        found = status_headers(job)
+        found = status_headers(job, public=public)
     else:  # a held read: from the job's shared feed
         held = await unless_client_leaves(
             request.receive,
@@ -252,11 +258,11 @@ async def get(job_id: uuid.UUID, principal: CurrentPrincipal, request: Request) 
         if held is None:  # the client left: its slot is free; nobody reads an answer
             return Response(status_code=CLIENT_CLOSED_STATUS)
         job, public = held.job, held.status
-        found = status_headers(job, now=held.now)
+        found = status_headers(job, now=held.now, public=public)
     found["Vary"] = "Prefer"
     if wait is not None:
         found["Preference-Applied"] = f"wait={wait}"
-    if public is None or etag_matches(if_none_match, job.version):
+    if public is None or etag_matches(if_none_match, job.version, waiting_tag(public.waiting_for)):
         # (a plain read leaves the body unbuilt exactly when the ETag matches)
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=found)
     return status_response(public, found)

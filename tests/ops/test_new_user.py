@@ -125,7 +125,7 @@ class Echo(BaseModel):
 async def echo(ctx: Context[Echo]) -> Result:
     """Says the text back."""
     await ctx.write_file("echo.txt", ctx.input.text.encode())
-    return Result(files=True)
+    return Result(files=True, reference={"said": ctx.input.text, "by": "extra_kinds"})
 '''
 
 
@@ -323,6 +323,7 @@ def _thumbnail_job(http: httpx.Client) -> None:
 
     result = http.get(f"{location}/result")
     assert result.status_code == 200, result.text
+    assert result.json()["reference"] == {}
     files = {f["name"]: f for f in result.json()["files"]}
     assert sorted(files) == sorted(f"thumb-{size}.txt" for size in SIZES)
     for size in SIZES:
@@ -343,6 +344,8 @@ def _extra_job(http: httpx.Client) -> None:
     result = http.get(f"{created.headers['Location']}/result").json()
     [echoed] = result["files"]
     assert httpx.get(echoed["url"], timeout=10).content == b"hello"
+    # What the handler returned besides its files reaches the owner with them.
+    assert result["reference"] == {"said": "hello", "by": "extra_kinds"}
 
 
 def _bad_input(http: httpx.Client) -> None:

@@ -467,6 +467,11 @@ class ResultPublic(BaseModel):
     job_id: uuid.UUID = Field(description="The job.")
     delivery: DeliveryPublic = Field(description="The delivery state and its expiry.")
     files: list[ResultFile] = Field(description="The published files.")
+    reference: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the handler returned besides its files (its `Result.reference`: "
+        "an instance of the kind's result model when it declares one); `{}` when nothing.",
+    )
 
 
 class QueueLinePublic(BaseModel):

@@ -2,58 +2,33 @@
 
 Built from this tree, installed WITH its dependencies into a fresh virtualenv outside
 the checkout (no ``--system-site-packages``, no ``--no-deps``: a dependency missing from
-``pyproject.toml`` fails here; pip's cache keeps it quick), it migrates an empty
-database with the migrations it carries and answers ``/readyz`` 200.
+``pyproject.toml`` fails here; the ``installed_wheel`` fixture builds it once per run,
+for tests/ops/test_new_user.py too), it migrates an empty database with the migrations
+it carries and answers ``/readyz`` 200.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.ops.wheel import InstalledWheel, run, users_env
 from tests.support import REPO, free_port
 
 pytestmark = pytest.mark.slow
 
 
-def run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def test_the_wheel_installs_migrates_and_is_ready(empty_database: str, tmp_path: Path) -> None:
+def test_the_wheel_installs_migrates_and_is_ready(
+    empty_database: str, installed_wheel: InstalledWheel, tmp_path: Path
+) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"PYTHONPATH", "VIRTUAL_ENV", "DATABASE_URL", "PYTHONHOME"}
-    }
-    wheels = tmp_path / "wheels"
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wheels, REPO],
-        cwd=outside,
-        env=env,
-    )
-    [wheel] = wheels.glob("atlas_jobs-*.whl")
-    venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", venv], cwd=outside, env=env)
-    run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel], cwd=outside, env=env)
+    env = users_env()
+    venv = installed_wheel.venv
 
     env.update(DATABASE_URL=empty_database, ATLAS_DATA_DIR=str(tmp_path / "data"))
     located = run(

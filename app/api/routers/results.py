@@ -66,6 +66,7 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
         job_id=job.id,
         delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
         files=files,
+        reference={k: v for k, v in (job.result_ref or {}).items() if k != "files"},
     )
 
 

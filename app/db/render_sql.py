@@ -12,7 +12,8 @@ their rendering, one named block each, bound parameters as their ``:names``:
   statement: the steps are bound as arrays, one element per job;
 * the refusal read, which classifies the steps that did not move;
 * creation (one job bound as scalars, a batch as arrays; under the admission cap; with an
-  Idempotency-Key) and the claim, whose statements are assembled from fragments.
+  Idempotency-Key) and the claim, whose statements are assembled from fragments, and the
+  publication lock, whose states come from ``publish``'s declaration.
 
 ``python -m atlas_jobs._app.db.render_sql > app/db/sql/transitions.sql`` (``make sql``)
 writes it; a test fails when the committed file differs from :func:`render`, and another
@@ -153,6 +154,12 @@ def generated() -> Iterator[Block]:
         "claim_to_run",
         "claim_to_run: the same claim, answering only what a worker needs to start each attempt.",
         _sql(queries.CLAIM_TO_RUN),
+    )
+    yield Block(
+        "lock_for_publication",
+        "lock_for_publication: the job row lock publication takes before publish, while the "
+        "attempt holds a live lease (the states are publish's sources).",
+        _sql(queries.LOCK_FOR_PUBLICATION),
     )
 
 

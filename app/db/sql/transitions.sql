@@ -2199,3 +2199,13 @@ WITH picked AS (
       FROM claimed
 )
 SELECT id, current_attempt_id, attempt, charged_attempts, max_attempts, max_elapsed_seconds, kind, kind_version, owner, input, state, updated_at, available_at FROM claimed ORDER BY seq;
+
+-- name: lock_for_publication
+-- lock_for_publication: the job row lock publication takes before publish, while the attempt holds a live lease (the states are publish's sources).
+SELECT id
+  FROM jobs
+ WHERE id = :job_id
+   AND current_attempt_id = :attempt_id
+   AND state IN ('cancel_requested', 'running')
+   AND lease_expires_at > (now() + make_interval(secs => :clock_offset))
+   FOR UPDATE;

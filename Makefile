@@ -14,7 +14,7 @@ CHAOS ?= full
 CHAOS_ONLY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg15 test-failover bench lint format openapi docs sdk-ts chaos audit clean
+.PHONY: help install run test test-pg15 test-failover bench lint format openapi docs sql sdk-ts chaos audit clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ audit: $(STAMP) ## pip-audit (needs PyPI's vulnerability data) and bandit over a
 
 docs: $(STAMP) ## Regenerate docs/lifecycle.md (state x delivery x observation) from the code
 	$(BIN)/python -m atlas_jobs._app.lifecycle_doc > docs/lifecycle.md
+
+sql: $(STAMP) ## Regenerate app/db/sql/transitions.sql (every statement built from the transition table)
+	$(BIN)/python -m atlas_jobs._app.db.render_sql > app/db/sql/transitions.sql
 
 sdk-ts: $(STAMP) ## TypeScript client (@hey-api/openapi-ts, npm) compiled with tsc --strict, run live
 	$(BIN)/python -m pytest tests/api/test_sdk_typescript.py $(PYTEST_ARGS)

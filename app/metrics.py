@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -99,10 +98,6 @@ DB_POOL_WAITING = Gauge(
     multiprocess_mode="livesum",
     registry=REGISTRY,
 )
-
-
-def observe_finished(kind: str, state: str, created_at: datetime, finished_at: datetime) -> None:
-    JOB_DURATION.labels(kind, state).observe(max(0.0, (finished_at - created_at).total_seconds()))
 
 
 def record_applied(rows: Iterable[tuple[str, Any]]) -> None:

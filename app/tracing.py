@@ -185,12 +185,6 @@ def current_traceparent() -> str | None:
     return value if value is not None and TRACEPARENT.match(value) else None
 
 
-def trace_id_of(traceparent: str | None) -> str | None:
-    """The 32-hex trace id of a ``traceparent``."""
-    found = TRACEPARENT.match(traceparent or "")
-    return found.group(1) if found else None
-
-
 @contextlib.contextmanager
 def attempt_span(
     traceparent: str | None, *, job_id: str, attempt_id: str, kind: str, attempt: int

@@ -27,9 +27,6 @@ class WatcherCaps:
     def watching(self) -> int:
         return self._count
 
-    def watching_for(self, key: uuid.UUID) -> int:
-        return self._by_key[key]
-
     def admit(self, key: uuid.UUID) -> None:
         """Take a slot for ``key`` or raise the 429 / 503 problem."""
         if self._by_key[key] >= self.per_key:

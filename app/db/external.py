@@ -41,11 +41,6 @@ RETURNING o.*
 # get_operation: one operation's record (what an attempt knows before calling again).
 GET_OPERATION = text("SELECT * FROM external_operations WHERE id = :id")
 
-# job_operations: a job's external operations, oldest first.
-JOB_OPERATIONS = text(
-    "SELECT * FROM external_operations WHERE job_id = :job_id ORDER BY created_at, step"
-)
-
 # try_destination_slot: take slot :slot of destination :name if free (session lock).
 TRY_DESTINATION_SLOT = text(
     "SELECT pg_try_advisory_lock(hashtext('atlas.destination:' || :name), :slot) AS taken"

@@ -19,6 +19,9 @@ A step whose job did not move gets a :class:`Rejected`, classified by one read o
 jobs that did not move (rare: only refused moves pay for it), using the same
 declaration. The Python classifier and the SQL conditions are written side by side in
 :data:`_GUARDS` so the two cannot drift apart unnoticed.
+
+Every statement generated here, as text: ``app/db/sql/transitions.sql`` (``make sql``,
+:mod:`atlas_jobs._app.db.render_sql`); a test fails when it and this module disagree.
 """
 
 from __future__ import annotations

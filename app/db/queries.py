@@ -8,7 +8,12 @@ Where SQL lives (and nowhere else):
 * :mod:`atlas_jobs._app.db.reads` -- reads for the API and the workers (never locking);
 * :mod:`atlas_jobs._app.transitions` -- the side tables a move writes with it (stages,
   checkpoints), in the move's transaction;
-* :mod:`atlas_jobs._app.apikeys` -- API keys.
+* :mod:`atlas_jobs._app.apikeys` -- API keys;
+* ``app/db/sql/transitions.sql`` -- the text of every statement generated from the
+  declarations (the moves, and the creation and claim statements here), for review:
+  rendered by :mod:`atlas_jobs._app.db.render_sql` (``make sql``), checked by a test;
+* ``app/db/sql/functions.sql`` -- the schema's functions and triggers as the head
+  migration leaves them.
 
 States here are interpolated constants from :mod:`atlas_jobs._app.lifecycle`, never input.
 """

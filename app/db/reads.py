@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
+from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
 from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
@@ -460,11 +460,6 @@ async def has_transition(conn: AsyncConnection, job_id: uuid.UUID, name: Transit
     """Whether the job ever made the move ``name`` (e.g. was approved)."""
     row = (await conn.execute(HAS_TRANSITION, {"job_id": job_id, "name": name.value})).first()
     return bool(row and row.found)
-
-
-async def operations_of(conn: AsyncConnection, job_id: uuid.UUID) -> list[Row[Any]]:
-    """A job's external operations, oldest first."""
-    return list((await conn.execute(JOB_OPERATIONS, {"job_id": job_id})).all())
 
 
 async def signal_since_last_wait(conn: AsyncConnection, job_id: uuid.UUID) -> Row[Any] | None:

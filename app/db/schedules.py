@@ -183,16 +183,6 @@ async def upcoming(conn: AsyncConnection, clock: Clock, *, limit: int) -> list[R
     return list(rows.all())
 
 
-async def count_due(conn: AsyncConnection, clock: Clock) -> int:
-    """Enabled schedules whose next tick has passed (0 while the scheduler keeps up)."""
-    due = await conn.execute(
-        select(func.count())
-        .select_from(schedules)
-        .where(schedules.c.enabled, schedules.c.next_fire_at <= clock.now())
-    )
-    return int(due.scalar_one())
-
-
 # -- the scheduler's statements -------------------------------------------------------
 
 # lock_due: the enabled schedules whose next tick has passed, oldest tick first, locked

@@ -1983,7 +1983,8 @@ created AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
     SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
-           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
       FROM input AS i
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at FROM created;
@@ -2010,7 +2011,8 @@ created AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
     SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
-           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
       FROM input AS i
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at FROM created;
@@ -2037,7 +2039,8 @@ created AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
     SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
-           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
       FROM input AS i
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at, admission.unfinished AS admission_unfinished
@@ -2069,7 +2072,8 @@ created AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
     SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
-           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
       FROM input AS i
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at, admission.unfinished AS admission_unfinished
@@ -2110,9 +2114,11 @@ created AS (
  RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
-                             event_id, note, data)
+                             event_id, note, data, key_id)
     SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
-           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text), i.data
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data,
+           CAST(:actor_key AS uuid)
       FROM input AS i
 )
 SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at

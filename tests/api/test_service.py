@@ -88,6 +88,7 @@ def test_openapi_has_stable_operation_ids_tags_and_problem_answers() -> None:
         "operations-replay",
         "operations-queue",
         "operations-end-sessions",
+        "kinds-list",
         "health-livez",
         "health-readyz",
         "health-metrics",

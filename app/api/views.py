@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.api.schemas import HistoryItem, JobPublic, ResultFile
+from app.api.schemas import HistoryItem, JobPublic, PublicationPublic, ResultFile
 from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
 from app.signing import DownloadGrant, DownloadSigner
 
@@ -136,6 +136,13 @@ def result_files(
             )
         )
     return files
+
+
+def result_publication(job: Any) -> PublicationPublic | None:
+    """Where a job's external publication lives (``result_ref.publication``, written by
+    the kind's publish step), or ``None`` for a kind that publishes files only."""
+    found = (job.result_ref or {}).get("publication")
+    return None if found is None else PublicationPublic.model_validate(found)
 
 
 def history_item(row: Any) -> HistoryItem:

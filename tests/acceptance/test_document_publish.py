@@ -106,6 +106,13 @@ async def test_review_gate_outcomes_and_roles(world: Start) -> None:
     async with w.client() as http:
         result = (await http.get(f"/v1/jobs/{approved}/result")).json()
     assert result["files"] == []
+    # the result reference says where it went: the destination, the operation id and
+    # the destination's receipt (before: no route served it)
+    publication = result["publication"]
+    assert publication["destination"] == "press"
+    assert publication["operation_id"] == operation_id
+    assert publication["settled"] == "confirmed"
+    assert publication["receipt"], publication
 
     # reject -> failed with the reviewer's note as the error
     rejected = await w.submit(document())

@@ -26,7 +26,7 @@ from app.api.errors import (
 from app.api.reading import read_status_once
 from app.api.responses import problems, public_problems
 from app.api.schemas import DeliveryPublic, ResultPublic
-from app.api.views import effective_delivery, result_files
+from app.api.views import effective_delivery, result_files, result_publication
 from app.db import reads
 from app.lifecycle import DeliveryState
 from app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
@@ -42,7 +42,10 @@ router = APIRouter(prefix="/v1", tags=["results"])
     responses=problems(404, 409, 410, 422),
 )
 async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal) -> Any:
-    """200 only when delivery is ``available``; 409 names state and delivery otherwise."""
+    """200 only when delivery is ``available``; 409 names state and delivery otherwise.
+    The reference is the kind's: signed URLs of the published files, and for a kind that
+    publishes outside the service (`document.publish`) the destination, the operation
+    id and the destination's receipt (`publication`)."""
     bind_job(job_id)
     job, public = await read_status_once(
         state.engine, job_id, owner=visible_owner(principal), clock=state.clock
@@ -66,6 +69,7 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
         job_id=job.id,
         delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
         files=files,
+        publication=result_publication(job),
     )
 
 

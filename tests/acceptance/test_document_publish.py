@@ -28,6 +28,7 @@ from tests.acceptance.publishing import (
     worker_metrics,
 )
 from tests.ops.metrics_text import samples
+from workers.external import MAX_SENDS_PER_ATTEMPT
 
 Start = Callable[..., World]
 
@@ -263,6 +264,28 @@ async def test_destination_down_past_the_budget_then_operator_resume(world: Star
     }
     recorded = {**Counter(operations(history)), "unresolved": 1}
     assert counted == {("press", outcome): n for outcome, n in recorded.items()}, counted
+
+
+async def test_a_review_wait_does_not_spend_an_attempt(world: Start) -> None:
+    """A business wait is not a failed attempt: after waiting for review, a job whose
+    destination always answers 503 still makes all max_attempts (5) publishing attempts
+    (before: 4, the attempt that reached the gate was charged)."""
+    w = world()
+    await w.control(default="fail_503")
+    job = await w.submit(document())
+    await w.approve(job)
+    stuck = await w.until(job, lambda s: s["state"] == "unresolved")
+    assert (stuck["reason"], stuck["attempt"], stuck["max_attempts"]) == (
+        "retries_exhausted",
+        6,
+        5,
+    )
+    history = await w.history(job)
+    after_review = history[[h["transition"] for h in history].index("approve") :]
+    story = [(h["transition"], h["to"], h["reason"], h.get("attempt")) for h in after_review]
+    assert [h["transition"] for h in after_review].count("claim") == 5, story
+    # each attempt sends up to MAX_SENDS_PER_ATTEMPT times (a 503 is "not applied")
+    assert (await w.stats())["posts"] == 5 * MAX_SENDS_PER_ATTEMPT
 
 
 async def test_signals_resume_an_external_wait_once(world: Start) -> None:

@@ -15,12 +15,12 @@ from typing import Any, Final
 
 from app.lifecycle import (
     DELIVERY_DOCS,
-    Effect,
     STATE_DOCS,
     STATE_REASONS,
     TERMINAL_STATES,
     TRANSITIONS,
     DeliveryState,
+    Effect,
     Guard,
     JobState,
 )

@@ -117,6 +117,10 @@ class NotAwaitingReviewError(JobStateConflictError):
     slug, title = "not-awaiting-review", "The job is not waiting for review"
 
 
+class ConflictingDecisionError(JobStateConflictError):
+    slug, title = "conflicting-decision", "Another review decision already took effect"
+
+
 class NotAwaitingSignalError(JobStateConflictError):
     slug, title = "not-awaiting-signal", "The job is not waiting for an external event"
 

@@ -14,13 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.api.errors import (
     ApiError,
     CancelTooLateError,
+    ConflictingDecisionError,
     DecisionTooLateError,
     JobNotFoundError,
     JobStateConflictError,
     NotAwaitingReviewError,
     NotAwaitingSignalError,
 )
-from app.api.schemas import JobPublic
+from app.api.schemas import JobPublic, ReviewDecision
 from app.api.views import etag, etag_matches, job_status, next_attempt_at, retry_after_seconds
 from app.clock import Clock
 from app.db import reads
@@ -139,6 +140,12 @@ async def answer(
     if isinstance(outcome, Rejected):
         if _already_done(outcome) and outcome.job is not None:
             return await answer_row(conn, outcome.job, response)
+        if outcome.reason == RejectReason.REPEATED and outcome.job is not None:
+            # The same decision took effect before: answered as a replay (like a repeated
+            # signal), with the status now; nothing is recorded again.
+            response.status_code = 200
+            response.headers["Idempotency-Replayed"] = "true"
+            return await answer_row(conn, outcome.job, response)
         return await problem_for(conn, outcome)
     return await answer_row(conn, outcome.job, response)
 
@@ -201,6 +208,14 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
     ):
         return DecisionTooLateError(
             f"The wait's deadline passed first; the job is {public.state.value}", **facts
+        )
+    if outcome.reason == RejectReason.CONFLICTING:
+        recorded = "rejected" if name == TransitionName.APPROVE else "approved"
+        return ConflictingDecisionError(
+            f"The job was {recorded} before; it is {public.state.value}",
+            decision=ReviewDecision.REJECT if name == TransitionName.APPROVE
+            else ReviewDecision.APPROVE,
+            **facts,
         )
     if name == TransitionName.RECEIVE_EVENT:
         return NotAwaitingSignalError(

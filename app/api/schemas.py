@@ -528,6 +528,10 @@ class JobStateProblem(Problem):
         default=None,
         description="The whole status when a cancel lost: it shows how the job ended.",
     )
+    decision: ReviewDecision | None = Field(
+        default=None,
+        description="The review decision that took effect, when a review conflicts with it.",
+    )
 
 
 class ValidationIssue(BaseModel):

@@ -213,7 +213,8 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
         recorded = "rejected" if name == TransitionName.APPROVE else "approved"
         return ConflictingDecisionError(
             f"The job was {recorded} before; it is {public.state.value}",
-            decision=ReviewDecision.REJECT if name == TransitionName.APPROVE
+            decision=ReviewDecision.REJECT
+            if name == TransitionName.APPROVE
             else ReviewDecision.APPROVE,
             **facts,
         )

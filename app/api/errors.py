@@ -8,7 +8,7 @@ its own ``type`` URI so clients branch on the type, never on the human text.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import structlog
@@ -430,8 +430,20 @@ def unexpected_error_fields(exc: BaseException) -> dict[str, Any]:
 PageForError = Callable[[Request, ApiError], Response | None]
 """An HTML answer for an error on some paths (the status page's), else ``None``."""
 
+UnexpectedErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+"""The answer to an exception no route or error class expected (503 for an outage,
+500 for a bug): what :func:`install_error_handlers` returns."""
 
-def install_error_handlers(app: FastAPI, *, page_for: PageForError | None = None) -> None:
+
+def install_error_handlers(
+    app: FastAPI, *, page_for: PageForError | None = None
+) -> UnexpectedErrorHandler:
+    """Register the translations of the error tree, and return the one for unexpected
+    errors: the app answers them inside its request-context middleware
+    (:class:`app.api.middleware.AnswerUnexpectedErrors`), so the access log, the request
+    metrics and ``X-Request-ID`` see the status the client gets. It is also Starlette's
+    last-resort handler (``ServerErrorMiddleware``) for an error outside that."""
+
     def respond(request: Request, error: ApiError) -> Response:
         page = page_for(request, error) if page_for is not None else None
         return page if page is not None else problem_response(error)
@@ -467,3 +479,4 @@ def install_error_handlers(app: FastAPI, *, page_for: PageForError | None = None
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+    return on_unexpected

@@ -22,7 +22,11 @@ from app.api.docs_pages import install_docs
 from app.api.errors import install_error_handlers
 from app.api.feeds import FeedHub
 from app.api.metrics import ApiMetrics
-from app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
+from app.api.middleware import (
+    AnswerUnexpectedErrors,
+    BodyGuardMiddleware,
+    RequestContextMiddleware,
+)
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
 from app.api.queue_sampler import run_sampler
@@ -149,7 +153,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         health.router,
     ):
         app.include_router(router)
-    install_error_handlers(app, page_for=api_error_page)
+    on_unexpected = install_error_handlers(app, page_for=api_error_page)
     install_ui(app)
     install_openapi(app)
     install_docs(app)
@@ -160,6 +164,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         max_header_bytes=settings.http_max_header_bytes,
         form_paths=(UI_PREFIX + "/",),
     )
+
+    # Inside the request context (added after it is outer): unexpected errors are
+    # answered where the access log, the metrics and X-Request-ID see them.
+    app.add_middleware(AnswerUnexpectedErrors, handler=on_unexpected)
 
     pages = ui_templates()
 

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import structlog
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import (
@@ -28,6 +29,7 @@ from app.api.errors import (
     InvalidRequestError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    UnexpectedErrorHandler,
     UnsupportedMediaTypeError,
     in_job_input,
     problem_response,
@@ -354,6 +356,40 @@ class BodyGuardMiddleware:
         await response(scope, receive, send)
 
 
+class AnswerUnexpectedErrors:
+    """Answers an exception no route expected *inside* the request context, with the
+    one translation of :mod:`app.api.errors` (an outage: ``503 database-unavailable`` +
+    ``Retry-After``; a bug: ``500``), so the access log, ``atlas_http_requests_total``,
+    the latency histogram and ``X-Request-ID`` all carry the status the client got.
+    (Starlette's own last resort, ``ServerErrorMiddleware``, runs outside every user
+    middleware: its answer was recorded as a 500 without a request id.) An error after
+    the response started cannot be answered: it propagates as before."""
+
+    def __init__(self, app: ASGIApp, handler: UnexpectedErrorHandler) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            if started:
+                raise
+            response = await self.handler(Request(scope), exc)
+            await response(scope, receive, send)
+
+
 class ContainAnsweredErrors:
     """The outermost wrapper of the app given to the server. Starlette's
     ``ServerErrorMiddleware`` answers an unexpected error with a 500 and calls our handler
@@ -377,6 +413,7 @@ class ContainAnsweredErrors:
 __all__ = [
     "CLIENT_DISCONNECTED",
     "REQUEST_ID",
+    "AnswerUnexpectedErrors",
     "BodyGuardMiddleware",
     "ContainAnsweredErrors",
     "RequestContextMiddleware",

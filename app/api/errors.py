@@ -129,6 +129,12 @@ class DecisionTooLateError(JobStateConflictError):
     slug, title = "decision-too-late", "The wait's deadline passed; the decision lost"
 
 
+class TooManySchedulesError(ApiError):
+    """The owner already has ``ATLAS_SCHEDULE_MAX_PER_OWNER`` schedules: delete one first."""
+
+    status, slug, title = 409, "too-many-schedules", "The owner has as many schedules as allowed"
+
+
 class ResultNotReadyError(ApiError):
     status, slug, title = 409, "result-not-ready", "The result is not available"
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from app.api.schemas import JobCreate, StrictModel
-from app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
+from app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
 
 CRON_DESCRIPTION = (
     "A cron expression: five fields (minute hour day-of-month month day-of-week), or six "
@@ -144,6 +144,12 @@ class SchedulePublic(BaseModel):
     last_job_id: uuid.UUID | None = Field(description="The job the last tick created.")
     last_job_url: str | None = Field(description="That job's status URL.")
     fired_count: int = Field(description="How many jobs this schedule created.")
+    refused_count: int = Field(
+        description="How many ticks created no job because admission refused them "
+        "(see the fire history)."
+    )
+    last_refused_at: datetime | None = Field(description="The last tick refused.")
+    last_refusal: FireRefusal | None = Field(description="Why the last refused tick was.")
     created_at: datetime = Field(description="When the schedule was created.")
     updated_at: datetime = Field(description="When it last changed (or fired).")
 
@@ -156,12 +162,18 @@ class SchedulePage(BaseModel):
 
 
 class ScheduleFirePublic(BaseModel):
-    """One fired tick and the job it created (null if that job was since deleted)."""
+    """One fired tick and the job it created (null if that job was since deleted), or
+    why it created none (`refusal`)."""
 
     tick: datetime = Field(description="The tick's instant (UTC).")
     job_id: uuid.UUID | None = Field(description="The job the tick created.")
     job_url: str | None = Field(description="That job's status URL.")
     recorded_at: datetime = Field(description="When the tick fired (later than `tick` if late).")
+    refusal: FireRefusal | None = Field(
+        default=None,
+        description="Why the tick created no job: `owner_at_capacity` -- the owner had its "
+        "cap of unfinished jobs (as POST /v1/jobs answers 429). Null when it created one.",
+    )
 
 
 class ScheduleFirePage(BaseModel):

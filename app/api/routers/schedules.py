@@ -16,7 +16,12 @@ from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.deps import CurrentPrincipal, StateDep, visible_owner
-from app.api.errors import ForbiddenError, InvalidRequestError, ScheduleNotFoundError
+from app.api.errors import (
+    ForbiddenError,
+    InvalidRequestError,
+    ScheduleNotFoundError,
+    TooManySchedulesError,
+)
 from app.api.jobcreation import validated_input
 from app.api.responses import headers, problems
 from app.api.schedule_schemas import (
@@ -32,7 +37,15 @@ from app.api.schemas import JobCreateBase, Problem
 from app.api.views import job_path
 from app.apikeys import Principal, Role
 from app.db import schedules, webhooks
-from app.scheduling import Cron, InvalidScheduleError, MisfirePolicy, OverlapPolicy, parse
+from app.scheduling import (
+    Cron,
+    FireRefusal,
+    InvalidScheduleError,
+    MisfirePolicy,
+    OverlapPolicy,
+    check_interval,
+    parse,
+)
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
@@ -78,14 +91,21 @@ def _public(row: Any) -> SchedulePublic:
         last_job_id=row.last_job_id,
         last_job_url=job_path(row.last_job_id) if row.last_job_id else None,
         fired_count=row.fired_count,
+        refused_count=row.refused_count,
+        last_refused_at=row.last_refused_at,
+        last_refusal=FireRefusal(row.last_refusal) if row.last_refusal else None,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def _cron(expression: str, timezone: str) -> Cron:
+def _cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cron:
+    """The validated expression: parsed in its zone, and no ticks closer than the
+    minimum interval (``ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS``); 422 naming the field."""
     try:
-        return parse(expression, timezone)
+        cron = parse(expression, timezone)
+        check_interval(cron, min_interval_seconds)
+        return cron
     except InvalidScheduleError as exc:
         raise InvalidRequestError(
             exc.message,
@@ -139,15 +159,35 @@ def _owner_for(principal: Principal, requested: str | None) -> str:
     summary="Create a schedule",
     responses={
         201: {"description": "Created.", "headers": headers("Location")},
-        **problems(400, 403, 413, 415, 422),
+        **problems(
+            400,
+            403,
+            409,
+            413,
+            415,
+            422,
+            models={409: Problem},
+            descriptions={
+                409: "The owner already has as many schedules as allowed "
+                "(`too-many-schedules`, ATLAS_SCHEDULE_MAX_PER_OWNER): delete one first.",
+            },
+        ),
     },
 )
 async def create_schedule(
     body: ScheduleCreate, state: StateDep, principal: CurrentPrincipal, response: Response
 ) -> SchedulePublic:
     """Validate the expression, the time zone and the job now (422 naming the field), so
-    a tick never meets an input it cannot run."""
-    cron = _cron(body.cron, body.timezone)
+    a tick never meets an input it cannot run. Ticks closer than
+    ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS (default 10 s) are 422 naming `body.cron`; an
+    owner with ATLAS_SCHEDULE_MAX_PER_OWNER schedules (default 100) gets 409
+    `too-many-schedules`. A tick's job is admitted like any `POST /v1/jobs`: while the
+    owner is at its cap of unfinished jobs the tick is refused and recorded
+    (`refusal: owner_at_capacity` in the fire history, `refused_count` here)."""
+    settings = state.settings
+    cron = _cron(
+        body.cron, body.timezone, min_interval_seconds=settings.schedule_min_interval_seconds
+    )
     kind, kind_version, job_input = _job(body.job)
     owner = _owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
@@ -167,7 +207,17 @@ async def create_schedule(
     async with state.engine.begin() as conn:
         await _check_notify(conn, owner, body.job)
         row = await schedules.insert(
-            conn, spec, created_by=str(_actor(principal)), clock=state.clock
+            conn,
+            spec,
+            created_by=str(_actor(principal)),
+            clock=state.clock,
+            max_per_owner=settings.schedule_max_per_owner,
+        )
+    if isinstance(row, int):
+        raise TooManySchedulesError(
+            f"{owner} has {row} schedules (limit {settings.schedule_max_per_owner}); "
+            "delete one first",
+            limit=settings.schedule_max_per_owner,
         )
     response.headers["Location"] = schedule_path(row.id)
     return _public(row)
@@ -261,7 +311,11 @@ async def change_schedule(
             current = await schedules.get(conn, schedule_id, owner=owner)
             if current is None:
                 raise ScheduleNotFoundError()
-            cron = _cron(body.cron or current.cron, body.timezone or current.timezone)
+            cron = _cron(
+                body.cron or current.cron,
+                body.timezone or current.timezone,
+                min_interval_seconds=state.settings.schedule_min_interval_seconds,
+            )
             changes["cron"], changes["timezone"] = cron.expression, cron.timezone
         row = await schedules.change(
             conn, schedule_id, owner=owner, changes=changes, clock=state.clock
@@ -292,7 +346,7 @@ async def delete_schedule(
     "/{schedule_id}/fires",
     name="fires",
     response_model=ScheduleFirePage,
-    summary="The ticks a schedule fired and the job each created",
+    summary="The ticks a schedule fired and the job each created, or why none",
     responses={**problems(422), **_NOT_FOUND},
 )
 async def schedule_fires(
@@ -322,6 +376,7 @@ async def schedule_fires(
                 job_id=row.job_id,
                 job_url=job_path(row.job_id) if row.job_id else None,
                 recorded_at=row.created_at,
+                refusal=FireRefusal(row.refusal) if row.refusal else None,
             )
             for row in shown
         ],

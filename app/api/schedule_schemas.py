@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -32,6 +32,11 @@ OVERLAP_DESCRIPTION = (
     "`skip` skips the tick (at most one unfinished job per schedule)."
 )
 NAME_DESCRIPTION = "A label for people; not unique."
+MAX_GRACE_SECONDS = 86_400
+
+
+GraceSeconds = Annotated[StrictInt, Field(ge=1, le=MAX_GRACE_SECONDS)]
+CatchUpLimit = Annotated[StrictInt, Field(ge=1, le=MAX_CATCH_UP_LIMIT)]
 
 
 class ScheduleCreate(StrictModel):
@@ -54,7 +59,7 @@ class ScheduleCreate(StrictModel):
         default=MisfirePolicy.SKIP, description=POLICY_DESCRIPTION
     )
     misfire_grace_seconds: StrictInt = Field(
-        default=60, ge=1, le=86_400, description=GRACE_DESCRIPTION
+        default=60, ge=1, le=MAX_GRACE_SECONDS, description=GRACE_DESCRIPTION
     )
     catch_up_limit: StrictInt = Field(
         default=10, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
@@ -91,11 +96,14 @@ class ScheduleChange(StrictModel):
     misfire_policy: MisfirePolicy | SkipJsonSchema[None] = Field(
         default=None, description=POLICY_DESCRIPTION
     )
-    misfire_grace_seconds: StrictInt | SkipJsonSchema[None] = Field(
-        default=None, ge=1, le=86_400, description=GRACE_DESCRIPTION
+    # The bounds sit on the integer itself (Annotated), not on the union with None: on the
+    # union pydantic would write them into the schema as the unknown keys `ge`/`le`, and
+    # the document would show an unbounded integer the server refuses 0 for.
+    misfire_grace_seconds: GraceSeconds | SkipJsonSchema[None] = Field(
+        default=None, description=GRACE_DESCRIPTION
     )
-    catch_up_limit: StrictInt | SkipJsonSchema[None] = Field(
-        default=None, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
+    catch_up_limit: CatchUpLimit | SkipJsonSchema[None] = Field(
+        default=None, description=LIMIT_DESCRIPTION
     )
     overlap: OverlapPolicy | SkipJsonSchema[None] = Field(
         default=None, description=OVERLAP_DESCRIPTION

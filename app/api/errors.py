@@ -58,6 +58,20 @@ class MalformedJsonError(ApiError):
     status, slug, title = 400, "malformed-json", "The request body is not valid JSON"
 
 
+class MalformedRequestError(ApiError):
+    """Not HTTP the server can read (RFC 9110/9112): a control character such as NUL in
+    a header, a malformed ``Content-Length``. Answered by the server before any route."""
+
+    status, slug, title = 400, "malformed-request", "The request is not valid HTTP/1.1"
+
+
+class UnsupportedCharsetError(ApiError):
+    """A JSON body that is not UTF-8 (RFC 8259 section 8.1): UTF-16 or UTF-32 text,
+    with or without a byte order mark, or a ``charset`` other than UTF-8."""
+
+    status, slug, title = 415, "unsupported-charset", "JSON bodies are UTF-8 (RFC 8259)"
+
+
 class UnauthorizedError(ApiError):
     status, slug, title = 401, "unauthorized", "A valid API key is required"
 

@@ -29,6 +29,7 @@ from app.api.middleware import (
 )
 from app.api.notifier import JobChangeNotifier
 from app.api.openapi_doc import install_openapi
+from app.api.paths import route_template
 from app.api.queue_sampler import run_sampler
 from app.api.routers import (
     events,
@@ -157,22 +158,28 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     install_ui(app)
     install_openapi(app)
     install_docs(app)
+    pages = ui_templates()
+
+    def templates() -> frozenset[str]:
+        return frozenset(app.openapi().get("paths", {})) | pages
+
+    def routed(method: str, path: str) -> bool:
+        """False only when ``path`` is an API resource that does not take ``method`` (the
+        router answers 405); any other path keeps the body guard (pages, unknown paths)."""
+        item = app.openapi().get("paths", {}).get(route_template(path, templates))
+        return item is None or method.lower() in item
+
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
         max_header_bytes=settings.http_max_header_bytes,
         form_paths=(UI_PREFIX + "/",),
+        routed=routed,
     )
-
     # Inside the request context (added after it is outer): unexpected errors are
     # answered where the access log, the metrics and X-Request-ID see them.
     app.add_middleware(AnswerUnexpectedErrors, handler=on_unexpected)
-
-    pages = ui_templates()
-
-    def templates() -> frozenset[str]:
-        return frozenset(app.openapi().get("paths", {})) | pages
 
     app.add_middleware(RequestContextMiddleware, metrics=metrics, templates=templates)
     tracing.instrument_app(app)

@@ -27,9 +27,11 @@ from app.api.errors import (
     HeadersTooLargeError,
     InvalidInputError,
     InvalidRequestError,
+    MalformedRequestError,
     PayloadTooLargeError,
     RequestTimeoutError,
     UnexpectedErrorHandler,
+    UnsupportedCharsetError,
     UnsupportedMediaTypeError,
     in_job_input,
     problem_response,
@@ -150,6 +152,23 @@ class RequestContextMiddleware:
             structlog.contextvars.clear_contextvars()
 
 
+_UTF_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16 (and UTF-32 LE) byte order marks
+
+
+def _not_utf8(content_type: str | None, body: bytes) -> bool:
+    """A JSON body in another encoding than UTF-8 (RFC 8259 section 8.1): a ``charset``
+    parameter naming another one, a UTF-16/32 byte order mark, or NUL bytes -- which JSON
+    text never holds raw (outside strings only whitespace may appear, inside them control
+    characters are escaped), but UTF-16 and UTF-32 put beside every ASCII character.
+    (``json.loads`` of bytes would otherwise detect and decode them.)"""
+    for parameter in (content_type or "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in {"utf-8", "utf8"}:
+            return True
+    return body.startswith(_UTF_BOMS) or b"\x00" in body
+
+
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return False
@@ -231,7 +250,9 @@ class BodyGuardMiddleware:
     all -- 415 for a body that is not JSON (form-encoded bodies pass on ``form_paths``,
     the status page's forms), and 422 naming the field for text
     PostgreSQL cannot store, in the body, the query string or a header. The accepted
-    body is replayed to the app unchanged."""
+    body is replayed to the app unchanged. A method no route takes on the path is left
+    to the router (405 comes first, whatever the body), and a JSON body that is not
+    UTF-8 is 415 ``unsupported-charset``."""
 
     def __init__(
         self,
@@ -240,9 +261,12 @@ class BodyGuardMiddleware:
         body_timeout_seconds: float = 30.0,
         max_header_bytes: int = 64 * 1024,
         form_paths: tuple[str, ...] = (),
+        routed: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.app = app
         self.form_paths = form_paths
+        self.routed = routed or (lambda method, path: True)
+        """Whether a route takes ``method`` on ``path`` (else the guard steps aside)."""
         self.max_body_bytes = max_body_bytes
         self.body_timeout_seconds = body_timeout_seconds
         self.max_header_bytes = max_header_bytes
@@ -265,18 +289,17 @@ class BodyGuardMiddleware:
         if unstorable:
             await self._answer(scope, receive, send, unstorable_text_error(unstorable))
             return
-        if scope["method"] not in _BODY_METHODS:
+        if scope["method"] not in _BODY_METHODS or not self.routed(scope["method"], scope["path"]):
+            # No body to guard, or no route takes this method here: the router answers
+            # (405 with Allow, 404) before anything is said about the body.
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
         if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                length = -1
-            if length < 0:
+            length = int(declared) if declared.isdigit() else -1
+            if length < 0:  # (the server, h11, refuses these before the app sees them)
                 await self._answer(
-                    scope, receive, send, PayloadTooLargeError("Invalid Content-Length")
+                    scope, receive, send, MalformedRequestError("Malformed Content-Length")
                 )
                 return
             if length > self.max_body_bytes:
@@ -301,6 +324,17 @@ class BodyGuardMiddleware:
         content_type = _header(scope, b"content-type")
         if body and not (_is_json(content_type) or self._form_allowed(scope, content_type)):
             await self._answer(scope, receive, send, UnsupportedMediaTypeError())
+            return
+        if body and _is_json(content_type) and _not_utf8(content_type, body):
+            await self._answer(
+                scope,
+                receive,
+                send,
+                UnsupportedCharsetError(
+                    "Send the JSON body as UTF-8 (RFC 8259 section 8.1), without a "
+                    "byte order mark; UTF-16 and UTF-32 are refused"
+                ),
+            )
             return
         unstorable = _unstorable_body(body)
         if unstorable:

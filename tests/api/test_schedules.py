@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ from app.clock import Clock
 from app.db.schema import job_webhooks
 from app.transitions import Transitions
 from tests.api.support import BUNDLE_INPUT, Keys
+from tests.support import REPO
 from workers.scheduler import Scheduler
 
 
@@ -234,3 +237,28 @@ async def test_the_queue_view_shows_schedules_with_their_next_tick_and_lateness(
     assert line["kind"] == "atlas.bundle"
     assert view.json()["webhooks_pending"] == 0
     assert (await client.get("/v1/queue", headers=keys.a)).status_code == 403
+
+
+async def test_every_before_the_documented_pattern_matches_is_served(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """``before=0000-01-01T00:00:00Z`` matched the documented pattern and was 422 (no
+    year 0); now the pattern names years 0001-9999, and an instant a datetime cannot
+    hold in UTC (the first and last years with an offset) is still a bound."""
+    document = json.loads((REPO / "openapi" / "openapi.json").read_text())
+    [parameter] = [
+        p
+        for p in document["paths"]["/v1/schedules/{schedule_id}/fires"]["get"]["parameters"]
+        if p["name"] == "before"
+    ]
+    pattern = re.compile(parameter["schema"]["anyOf"][0]["pattern"])
+    schedule = (await client.post("/v1/schedules", json=body(), headers=keys.a)).json()
+    fires = schedule["url"] + "/fires"
+    assert not pattern.match("0000-01-01T00:00:00Z")
+    year_zero = await client.get(fires, params={"before": "0000-01-01T00:00:00Z"}, headers=keys.a)
+    assert year_zero.status_code == 422
+    for edge in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z"):
+        assert pattern.match(edge)
+        page = await client.get(fires, params={"before": edge}, headers=keys.a)
+        assert page.status_code == 200, (edge, page.text)
+        assert page.json()["items"] == []

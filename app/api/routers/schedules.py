@@ -9,7 +9,7 @@ processes' scheduler (:mod:`workers.scheduler`), exactly once per tick.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
@@ -51,8 +51,12 @@ router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 MAX_PAGE = 100
 CURSOR_PATTERN = r"^s[0-9]{1,18}$"
+# RFC 3339 with the years an instant can have here (0001-9999: year 0000 matched before
+# and was 422). What a pattern cannot say -- a day the month lacks (2026-02-30) -- is 422
+# naming query.before.
 INSTANT_PATTERN = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
+    r"(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
     r"[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -118,14 +122,21 @@ def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     return spec.name, spec.version, normalized
 
 
-def _instant(value: str) -> datetime:
+def _instant(value: str) -> datetime | None:
+    """The instant of ``before`` in UTC; ``None`` when it lies past the last instant a
+    datetime holds (``9999-12-31T23:59:59-01:00``: no bound), ``datetime.min`` (as UTC)
+    when before the first (``0001-01-01T00:00:00+01:00``: nothing is earlier)."""
     try:
-        return datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidRequestError(
             "before is not a valid instant",
             errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
         ) from None
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None if parsed.year == datetime.max.year else datetime.min.replace(tzinfo=UTC)
 
 
 async def _check_notify(conn: AsyncConnection, owner: str, job: JobCreateBase) -> None:

@@ -146,12 +146,16 @@ async def test_review_gate_outcomes_and_roles(world: Start) -> None:
     assert recorded["note"] == "sorry, late"
     assert len((await w.stats())["applications"]) == 1  # only the approved job published
 
-    # 50 concurrent duplicate review decisions: recorded once
+    # 50 concurrent duplicate review decisions: recorded once; the 49 that find it
+    # decided are replays of it (200, Idempotency-Replayed), not errors
     crowd = await w.submit(document())
     await w.waiting_for_review(crowd)
     answers = await asyncio.gather(*(w.review(crowd, "approve", "dup") for _ in range(50)))
     codes = sorted(a.status_code for a in answers)
-    assert codes == [202] + [409] * 49
+    assert codes == [200] * 49 + [202]
+    assert all(
+        a.headers.get("idempotency-replayed") == "true" for a in answers if a.status_code == 200
+    )
     await w.finished(crowd)
     history = await w.history(crowd)
     assert len(entries(history, "approve")) == 1
@@ -282,8 +286,8 @@ async def test_a_review_wait_does_not_spend_an_attempt(world: Start) -> None:
     )
     history = await w.history(job)
     after_review = history[[h["transition"] for h in history].index("approve") :]
-    story = [(h["transition"], h["to"], h["reason"], h.get("attempt")) for h in after_review]
-    assert [h["transition"] for h in after_review].count("claim") == 5, story
+    story = [h["transition"] for h in after_review]
+    assert story.count("claim") == 5, story
     # each attempt sends up to MAX_SENDS_PER_ATTEMPT times (a 503 is "not applied")
     assert (await w.stats())["posts"] == 5 * MAX_SENDS_PER_ATTEMPT
 

@@ -48,9 +48,10 @@ async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
 
 # owner_schedules: how many schedules an owner has, counted under a per-owner advisory
 # lock held to the end of the transaction, so two creations racing cannot both take the
-# last place (the lock's key is distinct from the admission rule's: it names schedules).
+# last place. The two-key form: its key space does not overlap the one-key locks of
+# admission and Idempotency-Keys, whose keys are built from owner-chosen text.
 OWNER_SCHEDULES = text("""
-SELECT pg_advisory_xact_lock(hashtextextended('schedules:' || CAST(:owner AS text), 0)),
+SELECT pg_advisory_xact_lock(hashtext('atlas.schedules'), hashtext(CAST(:owner AS text))),
        (SELECT count(*) FROM schedules WHERE owner = CAST(:owner AS text)) AS schedules
 """)
 

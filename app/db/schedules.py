@@ -46,14 +46,17 @@ async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
     return now
 
 
-# owner_schedules: how many schedules an owner has, counted under a per-owner advisory
-# lock held to the end of the transaction, so two creations racing cannot both take the
-# last place. The two-key form: its key space does not overlap the one-key locks of
-# admission and Idempotency-Keys, whose keys are built from owner-chosen text.
-OWNER_SCHEDULES = text("""
-SELECT pg_advisory_xact_lock(hashtext('atlas.schedules'), hashtext(CAST(:owner AS text))),
-       (SELECT count(*) FROM schedules WHERE owner = CAST(:owner AS text)) AS schedules
-""")
+# lock_owner_schedules: a per-owner advisory lock held to the end of the transaction, so
+# two creations racing cannot both take the last place. The two-key form: its key space
+# does not overlap the one-key locks of admission and Idempotency-Keys, whose keys are
+# built from owner-chosen text.
+LOCK_OWNER_SCHEDULES = text(
+    "SELECT pg_advisory_xact_lock(hashtext('atlas.schedules'), hashtext(CAST(:owner AS text)))"
+)
+# owner_schedules: how many schedules an owner has. A statement of its own, AFTER the
+# lock: under READ COMMITTED each statement takes its snapshot when it starts, and a count
+# in the locking statement would not see a schedule committed while it waited.
+OWNER_SCHEDULES = text("SELECT count(*) FROM schedules WHERE owner = CAST(:owner AS text)")
 
 
 async def insert(
@@ -68,9 +71,10 @@ async def insert(
     ``max_per_owner``, nothing is written when the owner already has that many: the
     answer is then their count."""
     if max_per_owner is not None:
-        counted = (await conn.execute(OWNER_SCHEDULES, {"owner": spec.owner})).one()
-        if counted.schedules >= max_per_owner:
-            return int(counted.schedules)
+        await conn.execute(LOCK_OWNER_SCHEDULES, {"owner": spec.owner})
+        counted = int((await conn.execute(OWNER_SCHEDULES, {"owner": spec.owner})).scalar_one())
+        if counted >= max_per_owner:
+            return counted
     now = await database_now(conn, clock)
     row = await conn.execute(
         schedules.insert()

@@ -5,6 +5,7 @@ unfinished jobs. Before: no minimum, no cap, and with the owner cap reached
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -114,3 +115,17 @@ async def test_ticks_are_refused_and_recorded_while_the_owner_is_at_its_cap(
     assert refused_total() == counted + len(refused)
     listed = (await client.get("/v1/jobs", headers=keys.a)).json()["items"]
     assert len(listed) == CAP, "never beyond the cap"
+
+
+async def test_concurrent_creations_never_overshoot_the_schedule_cap(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    answers = await asyncio.gather(
+        *(
+            client.post("/v1/schedules", json=body(f"0 {hour} * * *"), headers=keys.a)
+            for hour in range(8)
+        )
+    )
+    assert sorted(a.status_code for a in answers) == [201, 201] + [409] * 6
+    listed = (await client.get("/v1/schedules", headers=keys.a)).json()["items"]
+    assert len(listed) == 2

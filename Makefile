@@ -75,7 +75,7 @@ audit: $(STAMP) ## pip-audit (needs PyPI's vulnerability data) and bandit over a
 	$(BIN)/bandit -c pyproject.toml -r app workers -q
 
 docs: $(STAMP) ## Regenerate docs/lifecycle.md (state x delivery x observation) from the code
-	$(BIN)/python -m app.lifecycle_doc > docs/lifecycle.md
+	$(BIN)/python -m atlas_jobs._app.lifecycle_doc > docs/lifecycle.md
 
 sdk-ts: $(STAMP) ## TypeScript client (@hey-api/openapi-ts, npm) compiled with tsc --strict, run live
 	$(BIN)/python -m pytest tests/api/test_sdk_typescript.py $(PYTEST_ARGS)

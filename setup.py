@@ -3,7 +3,7 @@
 The alembic scripts stay in the top-level ``alembic/`` folder of the checkout (where
 alembic and the developers expect them); building copies them into the package as
 ``app/migrations``, so an installed Atlas Jobs can ``atlas-jobs migrate`` and check its
-schema without a checkout (``app.db.migrations.script_location``).
+schema without a checkout (``atlas_jobs._app.db.migrations.script_location``).
 """
 
 from __future__ import annotations

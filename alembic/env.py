@@ -11,15 +11,15 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.engine import resolve_database_url
-from app.db.migrations import (
+from atlas_jobs._app.db.engine import resolve_database_url
+from atlas_jobs._app.db.migrations import (
     MIGRATION_LOCK_POLL_SECONDS,
     MIGRATION_LOCK_TRY,
     MIGRATION_UNLOCK,
     MIGRATION_WAITING,
 )
-from app.db.schema import metadata
-from app.settings import Settings
+from atlas_jobs._app.db.schema import metadata
+from atlas_jobs._app.settings import Settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -59,7 +59,7 @@ async def run_migrations_online() -> None:
     engine = create_async_engine(_url(), hide_parameters=True)
     try:
         async with engine.connect() as connection:
-            # One migration at a time (app.db.migrations.MIGRATION_LOCK_TRY): alembic reads
+            # One migration at a time (atlas_jobs._app.db.migrations.MIGRATION_LOCK_TRY): alembic reads
             # the current revision only once the lock is held, so a run that waited for
             # another finds the schema that one left. The lock is the session's: it
             # outlives the transactions below.

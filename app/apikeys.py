@@ -21,12 +21,12 @@ from enum import StrEnum
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.schema import api_keys
+from atlas_jobs._app.db.schema import api_keys
 
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
 API_PROCESS_CHANNEL = "atlas_job_changed"
-"""The channel every API process listens on (``app.api.notifier``)."""
+"""The channel every API process listens on (``atlas_jobs._app.api.notifier``)."""
 KEYS_REVOKED_NOTICE = "api-keys-revoked"
 """Sent there when a key is revoked: API processes then forget the keys they cached."""
 """How much of a key is kept in clear (``prefix`` column) to tell keys apart in listings."""
@@ -155,7 +155,7 @@ async def list_keys(conn: AsyncConnection, *, owner: str | None = None) -> Seque
 
 async def revoke_key(conn: AsyncConnection, key_id: uuid.UUID) -> bool:
     """Revoke the key; at commit every listening API process drops its cached lookups
-    (``app.api.keycache``; without the notice the cache's TTL still bounds the delay)."""
+    (``atlas_jobs._app.api.keycache``; without the notice the cache's TTL still bounds the delay)."""
     done = await conn.execute(
         update(api_keys)
         .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))

@@ -3,7 +3,7 @@
 A job names a destination; it never carries a URL (no server-side request forgery):
 the base URL, the request timeout, the concurrency limit and the reconciliation budget
 all come from here. Shared by the API (a job naming an unknown destination is 422) and
-the workers (``workers.external`` performs the operations).
+the workers (``atlas_jobs._workers.external`` performs the operations).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ the rows among them) the collector was a fifth to a quarter of the client's CPU 
 generation, so the full passes only walk what the requests and jobs allocate.
 
 Both service processes call it once their start-up is done: the worker pool before its
-first claim (:meth:`workers.pool.WorkerPool.run`), the API at the end of its lifespan's
-start-up (:func:`app.api.main.create_app`), before it serves a request. A program using
+first claim (:meth:`atlas_jobs._workers.pool.WorkerPool.run`), the API at the end of its lifespan's
+start-up (:func:`atlas_jobs._app.api.main.create_app`), before it serves a request. A program using
 the Python API (``Transitions``) calls it the same way once it is set up.
 """
 

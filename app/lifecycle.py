@@ -1,7 +1,7 @@
 """The job lifecycle as data: the one place that decides which moves are legal.
 
 Everything here mirrors ``SPEC.md`` section 1. The API, the workers, the database
-CHECK constraints (generated from these tables in ``app.db.schema``) and the tests all
+CHECK constraints (generated from these tables in ``atlas_jobs._app.db.schema``) and the tests all
 read these structures; nothing else decides whether a state change is allowed.
 
 Four vocabularies never mix:
@@ -277,7 +277,7 @@ class Effect(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A named move, declared as data; :mod:`app.db.moves` is its one executor.
+    """A named move, declared as data; :mod:`atlas_jobs._app.db.moves` is its one executor.
 
     * ``moves`` -- each source state and where it goes;
     * ``reasons`` -- the reason a target gets unless the caller names another one of

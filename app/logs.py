@@ -11,7 +11,7 @@ import sys
 
 import structlog
 
-from app.settings import Settings
+from atlas_jobs._app.settings import Settings
 
 
 def configure_logging(settings: Settings) -> None:

@@ -2,7 +2,7 @@
 
 They live in one process-wide registry, :data:`REGISTRY`: the executor counts every
 applied move here whatever process applied it, workers count their attempts. The API
-process serves it beside its own per-app registry (:mod:`app.api.metrics`); a worker
+process serves it beside its own per-app registry (:mod:`atlas_jobs._app.api.metrics`); a worker
 serves it on ``--metrics-port``; under ``atlas-jobs serve`` the workers run in
 prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) and the API adds
 what they wrote to its ``/metrics`` (:func:`merged_exposition`).

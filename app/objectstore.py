@@ -29,8 +29,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from app.settings import Settings
-from app.storage import (
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import (
     PublishedEntry,
     PublishedFile,
     StorageError,
@@ -43,7 +43,7 @@ CHUNK_BYTES = 1 << 16
 
 
 class S3Store:
-    """:class:`app.storage.ResultStore` on an S3-compatible bucket (module doc)."""
+    """:class:`atlas_jobs._app.storage.ResultStore` on an S3-compatible bucket (module doc)."""
 
     def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
         self.client = client

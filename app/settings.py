@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.destinations import DESTINATION_NAME, Destination
+from atlas_jobs._app.destinations import DESTINATION_NAME, Destination
 
 
 class Settings(BaseSettings):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
-from app.settings import Settings
+from atlas_jobs._app.settings import Settings
 
 _SALT = "atlas-jobs.download.v1"
 SECRET_FILE_NAME = "signing-secret"  # noqa: S105 - a file name, not a secret # nosec B105

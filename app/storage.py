@@ -1,5 +1,5 @@
 """Result storage behind a small interface: the filesystem store (default) here, an
-S3-compatible object store in :mod:`app.objectstore`; :func:`make_store` picks one by
+S3-compatible object store in :mod:`atlas_jobs._app.objectstore`; :func:`make_store` picks one by
 configuration (``ATLAS_RESULT_STORE``).
 
 Layout under ``ATLAS_DATA_DIR/results``::
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from atlas_jobs._app.settings import Settings
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -227,7 +227,7 @@ def make_store(settings: Settings) -> ResultStore:
     """The configured result store: ``filesystem`` under ``ATLAS_DATA_DIR/results``, or
     ``s3`` (``ATLAS_S3_*``; needs the ``s3`` extra)."""
     if settings.result_store == "s3":
-        from app.objectstore import S3Store
+        from atlas_jobs._app.objectstore import S3Store
 
         return S3Store.from_settings(settings)
     return FilesystemStore(settings.results_dir)

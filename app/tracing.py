@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from app.settings import Settings
+    from atlas_jobs._app.settings import Settings
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 """A W3C trace context ``traceparent`` of version 00 (what is stored with a job)."""

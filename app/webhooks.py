@@ -5,7 +5,7 @@ A job created with ``notify`` (an id of one of its owner's registered endpoints)
 delivery row for each of these events, written by a database trigger in the same
 transaction as the transition that causes it (an outbox: no event without its
 transition, no transition without its event). Worker processes send them
-(:mod:`workers.webhook_sender`): body = the job's status representation, headers per
+(:mod:`atlas_jobs._workers.webhook_sender`): body = the job's status representation, headers per
 Standard Webhooks (``webhook-id`` = the delivery's id, the same on every retry;
 ``webhook-timestamp``; ``webhook-signature`` = ``v1,`` + HMAC-SHA256 over
 ``id.timestamp.body`` with the endpoint's secret), retried with exponential backoff up to
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from standardwebhooks import Webhook
 
-from app.lifecycle import TERMINAL_STATES, JobState
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState
 
 WEBHOOK_EVENTS = frozenset(
     {f"job.{state.value}" for state in (*TERMINAL_STATES, JobState.UNRESOLVED)}

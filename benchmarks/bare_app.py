@@ -1,6 +1,6 @@
 """The framework ceiling for ``make bench``: a bare FastAPI app doing ONE statement per
 request -- an ``INSERT`` for a create, a ``SELECT`` for a read -- on a table of its own,
-with the project's engine settings (``app.db.engine.create_engine``: same pool size,
+with the project's engine settings (``atlas_jobs._app.db.engine.create_engine``: same pool size,
 ``pool_pre_ping``, asyncpg) and served by uvicorn exactly as ``atlas-jobs api`` serves
 the real app (h11, the same head-size bound, ``limit_concurrency`` and keep-alive, no
 access log). No authentication, no admission, no history, no middleware: whatever the
@@ -25,8 +25,8 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import create_engine, resolve_database_url
-from app.settings import Settings, get_settings
+from atlas_jobs._app.db.engine import create_engine, resolve_database_url
+from atlas_jobs._app.settings import Settings, get_settings
 
 TABLE = "bench_bare_jobs"
 DDL = f"""

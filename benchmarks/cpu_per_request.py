@@ -35,8 +35,8 @@ from typing import Any
 
 import httpx
 
-from app.db.engine import normalize_url, resolve_database_url
-from app.settings import Settings
+from atlas_jobs._app.db.engine import normalize_url, resolve_database_url
+from atlas_jobs._app.settings import Settings
 from benchmarks.peer_adapter import migrate, reset_database
 from benchmarks.suite import (
     NOOP_BODY,
@@ -191,7 +191,7 @@ def main() -> None:
             ports = {"atlas": free_port(), "bare": free_port()}
             with (
                 server_process(
-                    ["-m", "app.cli", "api", "--port", str(ports["atlas"])],
+                    ["-m", "atlas_jobs._app.cli", "api", "--port", str(ports["atlas"])],
                     env={**env, "PYTHONPATH": str(args.atlas_repo)},
                     log_path=Path(tmp) / "atlas-api.log",
                     port=ports["atlas"],

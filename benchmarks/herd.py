@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.herd --database-url URL [--processes 4] [--concurrency 4]
 [--jobs 300] [--rate 50]`` starts N real processes, each running one
-:class:`~workers.pool.WorkerPool` (the adapter's noop pool, LISTEN as shipped), waits
+:class:`~atlas_jobs._workers.pool.WorkerPool` (the adapter's noop pool, LISTEN as shipped), waits
 until they are idle, then creates jobs one at a time at a fixed rate through the
 adapter's producer (one ``create`` per job) and waits until every job succeeded. The
 database named by URL is dropped, recreated and migrated first.
@@ -32,11 +32,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.db.engine import normalize_url
-from app.logs import configure_logging
-from app.settings import Settings
+from atlas_jobs._app.db.engine import normalize_url
+from atlas_jobs._app.logs import configure_logging
+from atlas_jobs._app.settings import Settings
 from benchmarks.peer_adapter import Atlas, migrate, percentile, pickup_ms, reset_database
-from workers import eventloop
+from atlas_jobs._workers import eventloop
 
 IDLE_SECONDS = 1.5
 """After start: the pool's first claims (start, LISTEN up) are done before counting."""

@@ -11,24 +11,24 @@ Everything measured is the project's real code, nothing skipped:
 
 * the database is dropped, recreated and migrated with the project's alembic
   (``alembic upgrade head``, as ``atlas-jobs migrate``) on every call;
-* creation goes through :meth:`app.transitions.Transitions.create` (one job, its own
-  transaction) and :meth:`~app.transitions.Transitions.create_many` (one statement per
+* creation goes through :meth:`atlas_jobs._app.transitions.Transitions.create` (one job, its own
+  transaction) and :meth:`~atlas_jobs._app.transitions.Transitions.create_many` (one statement per
   batch, history rows included);
-* jobs are ``atlas.noop`` v1, run by the real :class:`workers.pool.WorkerPool` with the
+* jobs are ``atlas.noop`` v1, run by the real :class:`atlas_jobs._workers.pool.WorkerPool` with the
   real handler registry (the noop handler is wrapped only to note when it starts);
   claims, attempts, fencing, history and publication are the production paths, with
   ``synchronous_commit`` as the server has it (on);
 * completion is verified in the database: every job ``succeeded`` with its ``create``,
   ``claim`` and ``publish`` history rows;
 * once set up (database, producer connection), the process freezes its start-up heap
-  (:func:`app.heap.freeze_startup_heap`) as the API and worker processes do before their
+  (:func:`atlas_jobs._app.heap.freeze_startup_heap`) as the API and worker processes do before their
   first request or claim.
 
 ``--concurrency C`` is the pool's ``concurrency`` (job slots of one worker process).
 ``ATLAS_WORKER_PREFETCH`` (the production setting, read from the environment as the
 service does; unset = C) is how many jobs the pool claims beyond its free slots while
 claims come back full; it claims up to ``min(C + prefetch, 100)`` jobs per statement.
-The event loop is the worker process's (:mod:`workers.eventloop`: uvloop).
+The event loop is the worker process's (:mod:`atlas_jobs._workers.eventloop`: uvloop).
 Logging is the project's (``configure_logging``) at ``ATLAS_LOG_LEVEL`` (WARNING unless
 set: the peers log nothing per job either).
 """
@@ -56,23 +56,23 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import (
     AutocommitConnections,
     create_engine,
     libpq_url,
     normalize_url,
     single_statements,
 )
-from app.heap import freeze_startup_heap
-from app.kinds import KINDS, handler_key
-from app.logs import configure_logging
-from app.settings import Settings
-from app.transitions import Actor, NewJob, Transitions
-from workers import eventloop
-from workers.context import JobContext
-from workers.handlers import HANDLERS, PublishPlan, registry
-from workers.pool import MAX_CLAIM, WorkerPool
+from atlas_jobs._app.heap import freeze_startup_heap
+from atlas_jobs._app.kinds import KINDS, handler_key
+from atlas_jobs._app.logs import configure_logging
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._workers import eventloop
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers import HANDLERS, PublishPlan, registry
+from atlas_jobs._workers.pool import MAX_CLAIM, WorkerPool
 
 REPO = Path(__file__).resolve().parent.parent
 KIND = "atlas.noop"
@@ -238,7 +238,7 @@ class Atlas:
         """The producer's ONE connection, kept across calls as PGQueuer's producer keeps
         its asyncpg connection: a program creating jobs one after another through the
         Python API checks a connection out once, not per job. Autocommit, as the API's
-        connections (:class:`~app.db.engine.AutocommitConnections`): every statement is
+        connections (:class:`~atlas_jobs._app.db.engine.AutocommitConnections`): every statement is
         committed on its own as it runs, with no ``begin()`` around it -- which in
         autocommit sends nothing, yet costs two greenlets per call (~0.05 ms of client
         CPU per create). :func:`run` opens it before the mode starts (the harness's
@@ -332,7 +332,7 @@ async def mode_enqueue(atlas: Atlas, args: argparse.Namespace) -> dict[str, Any]
         concurrency=1,
         knobs={
             "producer": "one connection kept across calls (autocommit), no worker running",
-            "startup_heap": "frozen, as the API and worker processes (app.heap)",
+            "startup_heap": "frozen, as the API and worker processes (atlas_jobs._app.heap)",
             "jobs_per_call": args.batch_size,
             "api": "Transitions.create" if args.batch_size <= 1 else "Transitions.create_many",
         },

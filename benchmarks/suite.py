@@ -90,9 +90,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.clock import Clock
-from app.db.engine import (
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import (
     WORKER_SESSION_SETTINGS,
     create_engine,
     libpq_url,
@@ -100,12 +100,12 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
-from app.db.queries import CLAIM
-from app.settings import Settings
-from app.transitions import Actor, Applied, Transitions
+from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
-from workers.handlers import registry
+from atlas_jobs._workers.handlers import registry
 
 REPO = Path(__file__).resolve().parent.parent
 HOT_TABLES = ("jobs", "job_history", "attempts")
@@ -350,7 +350,7 @@ async def section_http(base_url: str, knobs: Knobs, run_id: str) -> dict[str, An
             atlas_port, bare_port = free_port(), free_port()
             with (
                 server_process(
-                    ["-m", "app.cli", "api", "--port", str(atlas_port)],
+                    ["-m", "atlas_jobs._app.cli", "api", "--port", str(atlas_port)],
                     env=env,
                     log_path=Path(tmp) / "atlas-api.log",
                     port=atlas_port,
@@ -458,7 +458,7 @@ def measure_http(
 # -- claim ----------------------------------------------------------------------------
 
 
-# The filler's ids are time-ordered like the product's (app.ids.new_id, UUIDv7): the
+# The filler's ids are time-ordered like the product's (atlas_jobs._app.ids.new_id, UUIDv7): the
 # column's default (gen_random_uuid) would scatter them over pk_jobs as no real queue does.
 FILL = text("""
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
@@ -1033,7 +1033,7 @@ async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
 def main() -> None:
     knobs = Knobs.from_environment()
     os.environ.setdefault("ATLAS_LOG_LEVEL", "WARNING")
-    from app.logs import configure_logging
+    from atlas_jobs._app.logs import configure_logging
 
     configure_logging(Settings())
     explicit = os.environ.get("DATABASE_URL")

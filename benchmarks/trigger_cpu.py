@@ -3,7 +3,7 @@ show -- with the triggers of two schema revisions, side by side in the same minu
 
 Each side (``--before``, ``--after``: alembic revisions, or ``REVISION+FILE.sql`` to try a
 variant on top of one) gets a new database migrated to it and one connection in
-autocommit, which runs the application's own statements (``app.transitions``):
+autocommit, which runs the application's own statements (``atlas_jobs._app.transitions``):
 
 * ``create1``, ``claim1``, ``beat1``, ``publish1``: N one-job creations, claims,
   heartbeats and publications;
@@ -35,10 +35,10 @@ from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import Clock
-from app.db.engine import create_engine, normalize_url, resolve_database_url
-from app.settings import Settings
-from app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import create_engine, normalize_url, resolve_database_url
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from benchmarks.peer_adapter import reset_database
 from benchmarks.suite import REPO, drop_database, with_database
 

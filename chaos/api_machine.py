@@ -2,7 +2,7 @@
 processes run, and checks every status it observes against the lifecycle model
 (chaos scenario 11; also in the suite: ``tests/acceptance/test_api_state_machine.py``).
 
-The model is :data:`app.lifecycle.EDGES` and nothing else: a job's observed states must
+The model is :data:`atlas_jobs._app.lifecycle.EDGES` and nothing else: a job's observed states must
 follow paths of that table (two observations of one job may be several moves apart,
 so each later state must be *reachable* from the earlier one); a terminal state never
 changes; every history row is an edge of the table, with increasing ``seq``; an answer
@@ -36,7 +36,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from app.lifecycle import EDGES, JobState, is_terminal
+from atlas_jobs._app.lifecycle import EDGES, JobState, is_terminal
 
 TERMINAL = frozenset(s.value for s in JobState if is_terminal(s))
 

@@ -27,8 +27,8 @@ import asyncpg
 import httpx
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.apikeys import Role, create_key
-from app.db import embedded
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.db import embedded
 
 REPO = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
@@ -190,7 +190,7 @@ class Cluster:
             await admin.close()
         done = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "app.cli", "migrate"],
+            [sys.executable, "-m", "atlas_jobs._app.cli", "migrate"],
             cwd=REPO,
             env=self.env(),
             capture_output=True,
@@ -250,7 +250,7 @@ class Cluster:
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}"
         proc = self._spawn(
-            "api", ["-m", "app.cli", "api", "--port", str(port)], {**self.env(), **env}
+            "api", ["-m", "atlas_jobs._app.cli", "api", "--port", str(port)], {**self.env(), **env}
         )
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient(timeout=1) as http:
@@ -271,7 +271,7 @@ class Cluster:
         name: str,
         *,
         concurrency: int = 4,
-        module: str = "app.cli",
+        module: str = "atlas_jobs._app.cli",
         database_port: int | None = None,
         wrapper: list[str] | None = None,
     ) -> Proc:

@@ -1,7 +1,7 @@
 """A worker process with two poison handlers, for the chaos suite only.
 
 ``python -m chaos.poison_worker worker --concurrency N --worker-id NAME`` runs the real
-worker pool (:class:`workers.pool.WorkerPool`) with the production handlers, except that
+worker pool (:class:`atlas_jobs._workers.pool.WorkerPool`) with the production handlers, except that
 an ``atlas.noop`` job tagged
 
 * ``chaos-poison-raise`` always raises a recoverable (unexpected) error, and
@@ -19,13 +19,13 @@ import contextlib
 import os
 import signal
 
-from app.db.engine import resolve_database_url
-from app.kinds import handler_key
-from app.logs import configure_logging
-from app.settings import get_settings
-from workers.context import JobContext
-from workers.handlers import HANDLERS, Handler, PublishPlan, registry
-from workers.pool import WorkerPool
+from atlas_jobs._app.db.engine import resolve_database_url
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.logs import configure_logging
+from atlas_jobs._app.settings import get_settings
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers import HANDLERS, Handler, PublishPlan, registry
+from atlas_jobs._workers.pool import WorkerPool
 
 RAISE_TAG = "chaos-poison-raise"
 KILL_TAG = "chaos-poison-kill"

@@ -32,11 +32,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.apikeys import Role
-from app.clock import Clock
-from app.db.queries import CLAIM
-from app.lifecycle import Reason
-from app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.apikeys import Role
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.lifecycle import Reason
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from chaos.cluster import (
     TERMINAL,
     Cluster,
@@ -1307,7 +1307,7 @@ async def hostile_clients(cluster: Cluster, config: Config, row: Row) -> None:
 
 async def api_model(cluster: Cluster, config: Config, row: Row) -> None:
     """:class:`chaos.api_machine.ApiMachine` (Hypothesis, stateful) against the live API
-    with two real worker processes: every observed status follows ``app.lifecycle``."""
+    with two real worker processes: every observed status follows ``atlas_jobs._app.lifecycle``."""
     from hypothesis import HealthCheck, settings
     from hypothesis.stateful import run_state_machine_as_test
 

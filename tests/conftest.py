@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import create_engine
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import create_engine
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import JobFactory
 from tests.objectstore import ObjectServer, moto_server
 from tests.support import REPO, Server, alembic, server_from_environment
@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     parallel = getattr(config.option, "numprocesses", None)
     if not parallel or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("DATABASE_URL"):
         return
-    from app.db import embedded
+    from atlas_jobs._app.db import embedded
 
     already = (TEST_DATA_DIR / "pg" / "postmaster.pid").exists()
     embedded.ensure_running(TEST_DATA_DIR, max_connections=TEST_MAX_CONNECTIONS)
@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_STARTED_HERE, False) and not os.environ.get("ATLAS_KEEP_TEST_DB"):
-        from app.db import embedded
+        from atlas_jobs._app.db import embedded
 
         embedded.stop(TEST_DATA_DIR)
 
@@ -57,7 +57,7 @@ def pg_server() -> Iterator[Server]:
     server, started = server_from_environment(TEST_DATA_DIR, max_connections=TEST_MAX_CONNECTIONS)
     yield server
     if started and not os.environ.get("ATLAS_KEEP_TEST_DB"):
-        from app.db import embedded
+        from atlas_jobs._app.db import embedded
 
         embedded.stop(TEST_DATA_DIR)
 

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import jobs as jobs_table
-from app.kinds import handler_key
-from app.lifecycle import JobState, Reason
-from app.transitions import Actor, Applied, NewJob, Transitions, error_doc
+from atlas_jobs._app.db.schema import jobs as jobs_table
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import JobState, Reason
+from atlas_jobs._app.transitions import Actor, Applied, NewJob, Transitions, error_doc
 
 CLIENT = Actor("client", "tester")
 WORKER = Actor("worker", "w-test")

@@ -13,7 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 CLAIM_PREFIX = "WITH picked AS"
-"""How every claim statement starts (``app.db.queries``: ``CLAIM``, ``CLAIM_TO_RUN``)."""
+"""How every claim statement starts (``atlas_jobs._app.db.queries``: ``CLAIM``, ``CLAIM_TO_RUN``)."""
 
 
 def folded(statement: str) -> str:

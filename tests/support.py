@@ -21,7 +21,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
-from app.db.engine import libpq_url, normalize_url
+from atlas_jobs._app.db.engine import libpq_url, normalize_url
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ class Server:
         """Restart the embedded server in place (same port): every connection drops."""
         if self.embedded_data_dir is None:
             raise RuntimeError("only the embedded server can be restarted by the tests")
-        from app.db import embedded
+        from atlas_jobs._app.db import embedded
 
         embedded.restart(self.embedded_data_dir)
 
@@ -88,7 +88,7 @@ def server_from_environment(data_dir: Path, *, max_connections: int = 300) -> tu
     explicit = os.environ.get("DATABASE_URL")
     if explicit:
         return Server(with_database(normalize_url(explicit), "postgres")), False
-    from app.db import embedded
+    from atlas_jobs._app.db import embedded
 
     pgdata = data_dir / "pg"
     already = (pgdata / "postmaster.pid").exists()
@@ -109,13 +109,13 @@ def free_port() -> int:
 def atlas_process(
     args: list[str], *, env: dict[str, str], log_path: Path, ready_url: str, timeout: float = 60
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m app.cli ARGS`` in its own session, until ``ready_url`` answers 200.
+    """``python -m atlas_jobs._app.cli ARGS`` in its own session, until ``ready_url`` answers 200.
 
     At exit the whole process group gets SIGTERM (then SIGKILL after 10 s), so a test
     leaves nothing behind whatever happened."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "atlas_jobs._app.cli", *args],
             cwd=REPO,
             env=env,
             stdout=log,

@@ -3,7 +3,7 @@
 Jobs whose result has no files finish in microseconds, so one transaction per job
 would make the commit the bottleneck. Finished attempts queue here; one loop publishes
 whatever has accumulated since its last flush in ONE statement
-(:meth:`app.transitions.Transitions.publish_many`, history rows included), then wakes
+(:meth:`atlas_jobs._app.transitions.Transitions.publish_many`, history rows included), then wakes
 each waiting job with its own outcome. No timer: an idle completer flushes a lone job
 at once, a busy one batches naturally while the previous commit is in flight.
 """
@@ -14,8 +14,8 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.transitions import Actor, Applied, Transitions
-from workers.context import JobContext
+from atlas_jobs._app.transitions import Actor, Applied, Transitions
+from atlas_jobs._workers.context import JobContext
 
 _Pending = tuple[JobContext, asyncio.Future[bool]]
 """A finished attempt waiting for the next flush, and the future its job awaits."""
@@ -57,7 +57,7 @@ class Completer:
             return 0
         try:
             # One statement (history and attempts included): atomic without BEGIN/COMMIT
-            # when the pool hands an autocommit engine (app.db.engine.single_statements).
+            # when the pool hands an autocommit engine (atlas_jobs._app.db.engine.single_statements).
             async with self.engine.begin() as conn:
                 results = await self.transitions.publish_many(
                     conn,

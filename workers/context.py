@@ -2,7 +2,7 @@
 
 Every write a handler makes goes through a fenced transition (attempt id + live lease).
 A write that matches no row means the lease is gone: the context marks itself lost and
-raises :class:`~workers.errors.LeaseLost`, and from then on writes nothing.
+raises :class:`~atlas_jobs._workers.errors.LeaseLost`, and from then on writes nothing.
 
 Database writes are shielded from task cancellation: when the pool cancels a job task
 (lease lost, shutdown past its grace period) a statement already sent completes or rolls
@@ -21,11 +21,11 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db import reads
-from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, TransitionName
-from app.settings import Settings
-from app.storage import ResultStore, StoredFile
-from app.transitions import (
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, TransitionName
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import ResultStore, StoredFile
+from atlas_jobs._app.transitions import (
     Actor,
     Applied,
     MoveResult,
@@ -34,8 +34,8 @@ from app.transitions import (
     RejectReason,
     Transitions,
 )
-from workers.errors import CancelStop, LeaseLost, PermanentError, ReleaseStop, WaitStop
-from workers.external import ExternalOperations
+from atlas_jobs._workers.errors import CancelStop, LeaseLost, PermanentError, ReleaseStop, WaitStop
+from atlas_jobs._workers.external import ExternalOperations
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.transitions import error_doc
+from atlas_jobs._app.transitions import error_doc
 
 
 class JobError(Exception):

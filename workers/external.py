@@ -1,6 +1,6 @@
 """External operations done right, for any kind: :class:`ExternalOperations`.
 
-An operation is one side effect at a configured destination (``app.destinations``),
+An operation is one side effect at a configured destination (``atlas_jobs._app.destinations``),
 named by the job step that makes it. The rules (SPEC section 2):
 
 * its id is ``uuid5(job id, step)`` -- stable across attempts -- and is sent as the
@@ -15,7 +15,7 @@ named by the job step that makes it. The rules (SPEC section 2):
   (``unreconciled``) with the evidence;
 * a connection that could not even be opened sent nothing: a recoverable error;
 * at most ``concurrency`` operations are in flight per destination across every worker
-  process: each holds one of the destination's database slots (``app.db.external``);
+  process: each holds one of the destination's database slots (``atlas_jobs._app.db.external``);
 * every outcome is an entry of the job's history (``record_operation``, fenced): the
   operation id, the outcome, the HTTP status or the error's class -- never the body;
   and, once recorded, a count in ``atlas_external_operations_total{destination,
@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from app import metrics
-from app.db import reads
-from app.db.external import RELEASE_DESTINATION_SLOT, TRY_DESTINATION_SLOT
-from app.destinations import Destination
-from app.lifecycle import Reason
-from app.transitions import OperationEntry
-from workers.errors import PermanentError, RecoverableError, UnreconciledError, WaitStop
+from atlas_jobs._app import metrics
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.external import RELEASE_DESTINATION_SLOT, TRY_DESTINATION_SLOT
+from atlas_jobs._app.destinations import Destination
+from atlas_jobs._app.lifecycle import Reason
+from atlas_jobs._app.transitions import OperationEntry
+from atlas_jobs._workers.errors import PermanentError, RecoverableError, UnreconciledError, WaitStop
 
 if TYPE_CHECKING:
-    from workers.context import JobContext
+    from atlas_jobs._workers.context import JobContext
 
 OPERATION_NAMESPACE = uuid.UUID("6f1d52a4-3f0e-4c39-9a55-0d7c1e6b2f10")
 MAX_SENDS_PER_ATTEMPT = 3

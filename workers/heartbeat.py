@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.logs import get_logger
-from app.transitions import Transitions
-from workers.context import JobContext
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._workers.context import JobContext
 
 log = get_logger("atlas.worker.heartbeat")
 

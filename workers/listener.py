@@ -2,7 +2,7 @@
 
 The trigger on ``jobs`` notifies ``atlas_work`` with the kind whenever a job becomes
 queued. A notification only says "look now"; the claim query decides. The connection is
-the shared :class:`app.db.listen.Listener` (one reconnect and backoff policy for the API
+the shared :class:`atlas_jobs._app.db.listen.Listener` (one reconnect and backoff policy for the API
 and the workers); after every (re)connect the claim loop is woken (``on_connected``,
 ``wake`` unless given), since jobs queued while the connection was down were announced
 to nobody. The claimer also polls every
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from app.db.listen import Listener
+from atlas_jobs._app.db.listen import Listener
 
 CHANNEL = "atlas_work"
 APPLICATION_NAME = "atlas-listener"

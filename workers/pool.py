@@ -1,7 +1,7 @@
 """The worker process: claims jobs, runs them, heartbeats, reaps, sweeps, drains.
 
 Main loop: while there is room, claim up to ``claim_batch`` jobs in one short statement
-(:meth:`app.transitions.Transitions.claim`) into the process's local queue, start a task
+(:meth:`atlas_jobs._app.transitions.Transitions.claim`) into the process's local queue, start a task
 per job as slots free up, and when the queue has nothing for us, sleep until
 ``atlas_work`` is notified or the poll interval passes. No work ever happens inside the
 claim transaction.
@@ -9,7 +9,7 @@ claim transaction.
 Every idle process LISTENs, so every notification wakes them all and one wins the job.
 A process whose claims after notifications came back EMPTY twice in a row (other
 processes won) cools down for ``ATLAS_CLAIM_COOLDOWN_SECONDS``
-(:class:`workers.wakeup.ClaimCooldown`): notifications in that window are coalesced into
+(:class:`atlas_jobs._workers.wakeup.ClaimCooldown`): notifications in that window are coalesced into
 one claim at its end. A process that wins keeps claiming at once, so a lone idle
 process (or the fleet's winners) picks up a job on its notification with no delay,
 while the losers send at most one claim per window instead of one per job: N idle
@@ -24,7 +24,7 @@ waiting there is a held attempt like a running one:
 * the heartbeat extends its lease (it is part of :meth:`WorkerPool._held`);
 * a lost lease drops it (it is never started);
 * a cancel request the heartbeat sees starts it at once: it passes the safe point every
-  attempt passes before its handler (:meth:`workers.runner.JobRunner.run`) and ends
+  attempt passes before its handler (:meth:`atlas_jobs._workers.runner.JobRunner.run`) and ends
   ``canceled`` without running any work;
 * on shutdown it is released like a running job stopped at a safe point: back to
   ``queued`` with its history row, the attempt not charged.
@@ -67,10 +67,10 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app import metrics, tracing
-from app.clock import Clock
-from app.db import reads
-from app.db.engine import (
+from atlas_jobs._app import metrics, tracing
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import (
     WORKER_SESSION_SETTINGS,
     create_engine,
     libpq_url,
@@ -78,27 +78,27 @@ from app.db.engine import (
     resolve_database_url,
     single_statements,
 )
-from app.heap import freeze_startup_heap
-from app.lifecycle import AttemptOutcome
-from app.logs import get_logger
-from app.settings import Settings
-from app.storage import make_store
-from app.transitions import Actor, Transitions
-from workers import eventloop
-from workers.completer import Completer
-from workers.context import ClaimedJob, JobContext
-from workers.handlers import Handler, registry
-from workers.heartbeat import Heartbeat
-from workers.listener import WorkListener
-from workers.pruner import Pruner
-from workers.reaper import Reaper
-from workers.reindexer import MIB, Reindexer
-from workers.runner import JobRunner
-from workers.scheduler import Scheduler
-from workers.sweeper import Sweeper
-from workers.vacuumer import Vacuumer
-from workers.wakeup import ClaimCooldown, Flag, wait_any
-from workers.webhook_sender import RenderStatus, WebhookSender
+from atlas_jobs._app.heap import freeze_startup_heap
+from atlas_jobs._app.lifecycle import AttemptOutcome
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import make_store
+from atlas_jobs._app.transitions import Actor, Transitions
+from atlas_jobs._workers import eventloop
+from atlas_jobs._workers.completer import Completer
+from atlas_jobs._workers.context import ClaimedJob, JobContext
+from atlas_jobs._workers.handlers import Handler, registry
+from atlas_jobs._workers.heartbeat import Heartbeat
+from atlas_jobs._workers.listener import WorkListener
+from atlas_jobs._workers.pruner import Pruner
+from atlas_jobs._workers.reaper import Reaper
+from atlas_jobs._workers.reindexer import MIB, Reindexer
+from atlas_jobs._workers.runner import JobRunner
+from atlas_jobs._workers.scheduler import Scheduler
+from atlas_jobs._workers.sweeper import Sweeper
+from atlas_jobs._workers.vacuumer import Vacuumer
+from atlas_jobs._workers.wakeup import ClaimCooldown, Flag, wait_any
+from atlas_jobs._workers.webhook_sender import RenderStatus, WebhookSender
 
 log = get_logger("atlas.worker.pool")
 
@@ -342,7 +342,7 @@ class WorkerPool:
     def _listening(self) -> None:
         """The LISTEN connection is (back) up: claim, since jobs queued meanwhile were
         announced to nobody -- a claim no notification asked for, so one that finds
-        nothing lost no race (:class:`workers.wakeup.ClaimCooldown`)."""
+        nothing lost no race (:class:`atlas_jobs._workers.wakeup.ClaimCooldown`)."""
         self._rescan = True
         self._wake.set()
 
@@ -587,7 +587,7 @@ def run_worker(
     render_status: RenderStatus | None = None,
 ) -> None:
     """Blocking entry point used by ``atlas-jobs worker`` and ``atlas-jobs serve``, on
-    the worker's event loop (:mod:`workers.eventloop`: uvloop); ``render_status`` (the
+    the worker's event loop (:mod:`atlas_jobs._workers.eventloop`: uvloop); ``render_status`` (the
     API's status representation) turns the webhook sender on."""
     eventloop.run(
         serve(settings, concurrency=concurrency, worker_id=worker_id, render_status=render_status)

@@ -4,7 +4,7 @@ A finished job (``succeeded``, ``failed``, ``canceled``) is kept for the result
 retention (``ATLAS_RESULT_TTL_SECONDS``) plus ``ATLAS_FINISHED_JOB_RETENTION_SECONDS``
 after it finished, and never while its result is still downloadable; then it goes with
 its history, attempts, stages, checkpoints and idempotency keys
-(:data:`app.db.queries.PRUNE_FINISHED`, then :data:`~app.db.queries.PRUNE_HISTORY` in the
+(:data:`atlas_jobs._app.db.queries.PRUNE_FINISHED`, then :data:`~atlas_jobs._app.db.queries.PRUNE_HISTORY` in the
 same transaction: the history has no foreign key to cascade along). Unfinished jobs are
 never touched. Each batch deletes at most ``batch_size`` jobs
 (``ATLAS_PRUNE_BATCH_SIZE``) and commits on its own, so a pass holds few locks for a
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.queries import PRUNE_FINISHED, PRUNE_HISTORY
-from app.logs import get_logger
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.queries import PRUNE_FINISHED, PRUNE_HISTORY
+from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.worker.pruner")
 

@@ -4,7 +4,7 @@ Runs in every worker process every ``ATLAS_REAPER_INTERVAL_SECONDS``. Each pass 
 a bounded batch of expired leases with ``FOR UPDATE SKIP LOCKED`` (several reapers share
 the work without waiting on each other), with the facts of each job's retry budget on
 database time, and rescues them through
-:meth:`app.transitions.Transitions.rescue_locked` -- one statement per transition for the
+:meth:`atlas_jobs._app.transitions.Transitions.rescue_locked` -- one statement per transition for the
 whole batch: ``running`` -> ``queued`` with the attempt counted and a backoff,
 ``unresolved`` once the budget is spent (the same rule as a worker's retry, so a job that
 kills its worker every time cannot loop forever), ``cancel_requested`` -> ``canceled``.
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.queries import EXPIRED_LEASES
-from app.logs import get_logger
-from app.transitions import Applied, Transitions
-from workers.retry import kind_backoff
+from atlas_jobs._app.db.queries import EXPIRED_LEASES
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.transitions import Applied, Transitions
+from atlas_jobs._workers.retry import kind_backoff
 
 log = get_logger("atlas.worker.reaper")
 

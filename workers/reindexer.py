@@ -37,16 +37,16 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.engine import single_statements
-from app.db.queries import (
+from atlas_jobs._app.db.engine import single_statements
+from atlas_jobs._app.db.queries import (
     BLOATED_JOB_INDEXES,
     INDEX_BYTES,
     REBUILD_LEFTOVERS,
     REINDEX_LOCK,
     REINDEX_UNLOCK,
 )
-from app.logs import get_logger
-from workers.interval import Interval
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._workers.interval import Interval
 
 log = get_logger("atlas.worker.reindexer")
 

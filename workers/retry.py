@@ -2,10 +2,10 @@
 
 Full jitter (``uniform(0, min(cap, base * 2 ** (n - 1)))``) spreads retries of jobs that
 failed together, so a dependency that recovers is not hit by a synchronized wave.
-Base and cap come from the job's kind in :data:`app.kinds.KINDS`. Whether another
+Base and cap come from the job's kind in :data:`atlas_jobs._app.kinds.KINDS`. Whether another
 attempt may run at all is not decided here: the budget (``max_attempts``,
 ``max_elapsed_seconds``, recorded on each job when it is accepted) has one rule,
-:func:`app.lifecycle.budget_verdict`, applied on database time by the transition
+:func:`atlas_jobs._app.lifecycle.budget_verdict`, applied on database time by the transition
 service for a worker's retry and for the reaper's rescue alike.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-from app.kinds import KINDS
+from atlas_jobs._app.kinds import KINDS
 
 DEFAULT_BASE_SECONDS = 1.0
 DEFAULT_CAP_SECONDS = 60.0

@@ -1,23 +1,23 @@
 """Runs one claimed attempt to its end (:class:`JobRunner`): handler, then publication
 or a fenced ending.
 
-How an attempt ends (each a named, fenced transition in :mod:`app.transitions`):
+How an attempt ends (each a named, fenced transition in :mod:`atlas_jobs._app.transitions`):
 
 * handler returns -> safe point -> publication (``lock_for_publication`` -> atomic move
   into the owner's area -> ``publish``, one transaction) -> ``succeeded``;
-* :class:`~workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
-* :class:`~workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
-* :class:`~workers.errors.WaitStop` (a review gate, an external confirmation) -> ``wait``;
-* :class:`~workers.errors.UnreconciledError` (an external operation's outcome stayed unknown)
+* :class:`~atlas_jobs._workers.errors.CancelStop` at a safe point -> ``stop_canceled``;
+* :class:`~atlas_jobs._workers.errors.ReleaseStop` (shutdown) -> ``release`` (attempt not charged);
+* :class:`~atlas_jobs._workers.errors.WaitStop` (a review gate, an external confirmation) -> ``wait``;
+* :class:`~atlas_jobs._workers.errors.UnreconciledError` (an external operation's outcome stayed unknown)
   -> ``give_up`` with reason ``unreconciled`` and the evidence;
 * a publication that cannot make the result owner-retrievable (storage refuses) ->
   ``fail`` (``publication_failed``): delivery ``blocked``, never a silent retry loop;
-* :class:`~workers.errors.PermanentError` -> ``fail``; so does a move the lifecycle
+* :class:`~atlas_jobs._workers.errors.PermanentError` -> ``fail``; so does a move the lifecycle
   refuses while the attempt still holds the job (``illegal_move``: a delivery going
   backwards, a partial package handed to publication);
 * any other exception -> ``recover``: ``retry_later`` with backoff while the budget
   lasts, else ``give_up`` -> ``unresolved``;
-* :class:`~workers.errors.LeaseLost` -> nothing: someone else owns the job now.
+* :class:`~atlas_jobs._workers.errors.LeaseLost` -> nothing: someone else owns the job now.
 
 A cancel request that arrives while an ending is being written wins over a retry or a
 release (the job is not re-queued against its owner's wish): ``stop_canceled`` instead.
@@ -32,12 +32,12 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app import metrics
-from app.lifecycle import AttemptOutcome, JobState, Reason
-from app.logs import get_logger
-from app.settings import Settings
-from app.storage import ResultStore, StorageError, StoredFile
-from app.transitions import (
+from atlas_jobs._app import metrics
+from atlas_jobs._app.lifecycle import AttemptOutcome, JobState, Reason
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import ResultStore, StorageError, StoredFile
+from atlas_jobs._app.transitions import (
     Actor,
     Applied,
     MoveResult,
@@ -46,10 +46,10 @@ from app.transitions import (
     Transitions,
     error_doc,
 )
-from workers import retry
-from workers.completer import Completer
-from workers.context import ClaimedJob, JobContext, raise_if_illegal
-from workers.errors import (
+from atlas_jobs._workers import retry
+from atlas_jobs._workers.completer import Completer
+from atlas_jobs._workers.context import ClaimedJob, JobContext, raise_if_illegal
+from atlas_jobs._workers.errors import (
     CancelStop,
     JobError,
     LeaseLost,
@@ -59,7 +59,7 @@ from workers.errors import (
     WaitStop,
     describe_unknown,
 )
-from workers.handlers.base import Handler, PublishPlan
+from atlas_jobs._workers.handlers.base import Handler, PublishPlan
 
 log = get_logger("atlas.worker.runner")
 

@@ -3,10 +3,10 @@
 Runs in every worker process every ``ATLAS_SCHEDULER_INTERVAL_SECONDS``. One pass is one
 transaction: lock a bounded batch of due schedules (``FOR UPDATE SKIP LOCKED``: several
 schedulers share the work without waiting), decide each one's ticks
-(:func:`app.scheduling.due_ticks`: misfire policy, DST), record the ticks in
+(:func:`atlas_jobs._app.scheduling.due_ticks`: misfire policy, DST), record the ticks in
 ``schedule_fires`` (``ON CONFLICT DO NOTHING``: a tick recorded before is not returned),
 create the jobs of the newly recorded ticks through the one creation path
-(:meth:`app.transitions.Transitions.create_many`, actor ``system:scheduler``, the
+(:meth:`atlas_jobs._app.transitions.Transitions.create_many`, actor ``system:scheduler``, the
 schedule and tick in the history's ``data``), and advance each schedule's
 ``next_fire_at``. The tick row, the job and its history commit together or not at all:
 a process killed mid-pass leaves nothing behind, and the next pass -- in any process --
@@ -31,11 +31,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app import metrics
-from app.db import schedules, webhooks
-from app.kinds import KINDS
-from app.logs import get_logger
-from app.scheduling import (
+from atlas_jobs._app import metrics
+from atlas_jobs._app.db import schedules, webhooks
+from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.scheduling import (
     Cron,
     DueTicks,
     FireRefusal,
@@ -43,7 +43,7 @@ from app.scheduling import (
     OverlapPolicy,
     due_ticks,
 )
-from app.transitions import SYSTEM_SCHEDULER, Applied, NewJob, OwnerAtCapacity, Transitions
+from atlas_jobs._app.transitions import SYSTEM_SCHEDULER, Applied, NewJob, OwnerAtCapacity, Transitions
 
 log = get_logger("atlas.worker.scheduler")
 

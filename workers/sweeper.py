@@ -10,14 +10,14 @@
 * Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
   jobs, leftovers of a stale attempt) are removed. The staging directory listing is
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
-* Then finished jobs past their retention are pruned (:mod:`workers.pruner`), so the
+* Then finished jobs past their retention are pruned (:mod:`atlas_jobs._workers.pruner`), so the
   tables hold live work and recent history, not every job ever run.
 * Then, at most every few seconds, a hot table holding many dead row versions is
-  vacuumed without waiting for autovacuum's next visit (:mod:`workers.vacuumer`; one
+  vacuumed without waiting for autovacuum's next visit (:mod:`atlas_jobs._workers.vacuumer`; one
   worker process at a time).
 * Last, at most every few minutes, an index of ``jobs`` that outgrew the table's rows
   (a drained backlog leaves B-trees at their peak size) is rebuilt concurrently
-  (:mod:`workers.reindexer`; one worker process at a time).
+  (:mod:`atlas_jobs._workers.reindexer`; one worker process at a time).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import reads
-from app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
-from app.lifecycle import TERMINAL_STATES, DeliveryState
-from app.logs import get_logger
-from app.storage import ResultStore
-from app.transitions import Applied, Transitions
-from workers.pruner import Pruner
-from workers.reindexer import Reindexer
-from workers.vacuumer import Vacuumer
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, DeliveryState
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.storage import ResultStore
+from atlas_jobs._app.transitions import Applied, Transitions
+from atlas_jobs._workers.pruner import Pruner
+from atlas_jobs._workers.reindexer import Reindexer
+from atlas_jobs._workers.vacuumer import Vacuumer
 
 log = get_logger("atlas.worker.sweeper")
 

@@ -33,10 +33,10 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import single_statements
-from app.db.queries import DEAD_ROWS, VACUUM_LOCK, VACUUM_UNLOCK
-from app.logs import get_logger
-from workers.interval import Interval
+from atlas_jobs._app.db.engine import single_statements
+from atlas_jobs._app.db.queries import DEAD_ROWS, VACUUM_LOCK, VACUUM_UNLOCK
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._workers.interval import Interval
 
 log = get_logger("atlas.worker.vacuumer")
 

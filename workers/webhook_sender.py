@@ -24,12 +24,12 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import reads
-from app.db import webhooks as store
-from app.logs import get_logger
-from app.settings import Settings
-from app.webhooks import DeliveryAttemptState, UnsafeUrlError, backoff_seconds, check_url, sign
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.webhooks import DeliveryAttemptState, UnsafeUrlError, backoff_seconds, check_url, sign
 
 log = get_logger("atlas.worker.webhooks")
 

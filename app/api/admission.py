@@ -3,8 +3,8 @@ work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
   is admitted only if all its new jobs fit. The rule lives in ONE place, the creation
-  statement itself (``CREATE_ADMITTED`` in :mod:`app.db.queries`, used by
-  :meth:`app.transitions.Transitions.create_many` with ``admission_cap``): the database
+  statement itself (``CREATE_ADMITTED`` in :mod:`atlas_jobs._app.db.queries`, used by
+  :meth:`atlas_jobs._app.transitions.Transitions.create_many` with ``admission_cap``): the database
   function ``atlas_admission_count`` (migration ``e8f9a0b1c2d3``) takes a per-owner
   advisory lock held to the end of the creating transaction, then reads the owner's
   count of unfinished jobs with a snapshot taken after the lock was granted. The count
@@ -30,10 +30,10 @@ import math
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.api.errors import QueueBackedUpError, TooManyActiveJobsError
-from app.clock import Clock
-from app.db import reads
-from app.settings import Settings
+from atlas_jobs._app.api.errors import QueueBackedUpError, TooManyActiveJobsError
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.settings import Settings
 
 RETRY_AFTER_SECONDS = 5
 

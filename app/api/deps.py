@@ -12,9 +12,9 @@ from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.api.errors import ForbiddenError, InvalidRequestError, UnauthorizedError
-from app.api.state import ApiState
-from app.apikeys import Principal, Role, authenticate, hash_key, looks_like_key
+from atlas_jobs._app.api.errors import ForbiddenError, InvalidRequestError, UnauthorizedError
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.apikeys import Principal, Role, authenticate, hash_key, looks_like_key
 
 
 # Dependencies are ``async def`` even when they await nothing: FastAPI runs a plain
@@ -73,7 +73,7 @@ class ApiKeyBearer(SecurityBase):
         state = api_state(request)
         digest = hash_key(key) if looks_like_key(key) else None
         # A recent successful lookup of the same key answers without the database
-        # (app.api.keycache: a revocation takes effect within api_key_cache_seconds).
+        # (atlas_jobs._app.api.keycache: a revocation takes effect within api_key_cache_seconds).
         principal = None if digest is None else state.keys.get(digest)
         if principal is None:
             async with state.reads.connect() as conn:  # one statement: no BEGIN/ROLLBACK

@@ -17,8 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from app.api.paths import allowed_methods
-from app.kinds import KINDS
+from atlas_jobs._app.api.paths import allowed_methods
+from atlas_jobs._app.kinds import KINDS
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"
@@ -460,7 +460,7 @@ def install_error_handlers(
 ) -> UnexpectedErrorHandler:
     """Register the translations of the error tree, and return the one for unexpected
     errors: the app answers them inside its request-context middleware
-    (:class:`app.api.middleware.AnswerUnexpectedErrors`), so the access log, the request
+    (:class:`atlas_jobs._app.api.middleware.AnswerUnexpectedErrors`), so the access log, the request
     metrics and ``X-Request-ID`` see the status the client gets. It is also Starlette's
     last-resort handler (``ServerErrorMiddleware``) for an error outside that."""
 

@@ -3,14 +3,14 @@
 ``Prefer: wait`` long-polls and event streams do not query the database per reader.
 They *watch* a job through the process's :class:`FeedHub`: per watched job there is one
 :class:`Feed`, subscribed once to the notifier, holding the latest
-:class:`~app.api.snapshots.Snapshot`. On a change the feed reads the job once, on one
+:class:`~atlas_jobs._app.api.snapshots.Snapshot`. On a change the feed reads the job once, on one
 short-lived connection, and wakes its watchers, who take the snapshot without querying.
 A change arriving during a read schedules exactly one more read (the subscription's
 event coalesces them); after a LISTEN reconnect every feed reads once; while the LISTEN
 connection is down a feed re-reads every :data:`DEAF_POLL_SECONDS`.
 
 When a read fails (the database is down), the feed keeps its last snapshot and retries
-after the pause of the shared reconnect policy (:class:`~app.db.listen.Backoff`: 0.2 s
+after the pause of the shared reconnect policy (:class:`~atlas_jobs._app.db.listen.Backoff`: 0.2 s
 doubling to 5 s, with jitter), logging one warning when the outage begins and one line
 when it reads again. A *first* read that fails answers its watchers like any outage:
 ``503`` ``database-unavailable`` + ``Retry-After``.
@@ -18,7 +18,7 @@ when it reads again. A *first* read that fails answers its watchers like any out
 Reads of all feeds together hold at most ``read_slots`` pooled connections, so watchers
 can never exhaust the pool. The first watcher of a job starts its feed; every watcher
 that arrives before the first read finished shares it. The feed stops when its last
-watcher leaves. Admission (:class:`~app.api.watch_caps.WatcherCaps`) comes first.
+watcher leaves. Admission (:class:`~atlas_jobs._app.api.watch_caps.WatcherCaps`) comes first.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.errors import DatabaseUnavailableError, database_unavailable
-from app.api.notifier import JobChangeNotifier
-from app.api.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
-from app.api.watch_caps import WatcherCaps
-from app.clock import Clock
-from app.db import reads
-from app.db.engine import one_snapshot
-from app.db.listen import DEFAULT_BACKOFF, Backoff
-from app.logs import get_logger
+from atlas_jobs._app.api.errors import DatabaseUnavailableError, database_unavailable
+from atlas_jobs._app.api.notifier import JobChangeNotifier
+from atlas_jobs._app.api.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
+from atlas_jobs._app.api.watch_caps import WatcherCaps
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import one_snapshot
+from atlas_jobs._app.db.listen import DEFAULT_BACKOFF, Backoff
+from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.api.feeds")
 

@@ -10,7 +10,7 @@ for one optional string header, in one place:
   out of bounds raises the ``RequestValidationError`` FastAPI would raise, located at
   ``("header", <Name>)``, which the app answers as the same RFC 9457 problem;
 - :meth:`HeaderParam.openapi` is the parameter FastAPI documented for the declaration
-  (after :func:`app.api.openapi_doc.build_openapi` drops the ``null``), given to the
+  (after :func:`atlas_jobs._app.api.openapi_doc.build_openapi` drops the ``null``), given to the
   route through ``openapi_extra`` by :func:`documented`, so the document is unchanged.
 
 Because the route reads the header, its value is checked after authentication and the

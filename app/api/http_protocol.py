@@ -32,14 +32,14 @@ from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from app.api.errors import (
+from atlas_jobs._app.api.errors import (
     PROBLEM_MEDIA_TYPE,
     ApiError,
     HeadersTooLargeError,
     MalformedRequestError,
     problem_body,
 )
-from app.logs import get_logger
+from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.api.http")
 
@@ -79,7 +79,7 @@ def _malformed(error: h11.RemoteProtocolError | None) -> ApiError:
 class HeadTimeoutH11Protocol(H11Protocol):
     """:class:`H11Protocol` that closes a connection whose request head is late, and
     answers a request h11 cannot parse with a problem (``application/problem+json``,
-    from :mod:`app.api.errors`) instead of uvicorn's ``400 text/plain``."""
+    from :mod:`atlas_jobs._app.api.errors`) instead of uvicorn's ``400 text/plain``."""
 
     head_timeout_seconds: float = 10.0
 

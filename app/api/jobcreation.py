@@ -14,7 +14,7 @@ One transaction per request (the caller's):
    batch, nothing is created.
 4. The queue-age admission check when one is configured (503), then ONE
    ``create_many`` statement for the jobs still to create and their history rows, which
-   applies the per-owner cap itself (:mod:`app.api.admission`; 429 + Retry-After, all
+   applies the per-owner cap itself (:mod:`atlas_jobs._app.api.admission`; 429 + Retry-After, all
    of them or none), then ONE insert of their key rows. The caller commits; the 202 is
    sent only after the commit: never a 202 without a durable job, and a batch is
    created whole or not at all. A request that needs no more than that one statement
@@ -41,9 +41,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import tracing
-from app.api.admission import check_queue_age, too_many_active
-from app.api.errors import (
+from atlas_jobs._app import tracing
+from atlas_jobs._app.api.admission import check_queue_age, too_many_active
+from atlas_jobs._app.api.errors import (
     BatchTooLargeError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
@@ -53,12 +53,12 @@ from app.api.errors import (
     UnknownKindError,
     clean_validation_errors,
 )
-from app.api.schemas import JobCreateBase
-from app.apikeys import Principal
-from app.db import queries, reads, webhooks
-from app.kinds import KINDS, KindSpec
-from app.settings import Settings
-from app.transitions import Actor, KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
+from atlas_jobs._app.api.schemas import JobCreateBase
+from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.db import queries, reads, webhooks
+from atlas_jobs._app.kinds import KINDS, KindSpec
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor, KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
 
 @dataclass(frozen=True, slots=True)

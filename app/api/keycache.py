@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from app.apikeys import Principal
+from atlas_jobs._app.apikeys import Principal
 
 
 class KeyCache:

@@ -1,6 +1,6 @@
 """``Prefer: wait``: hold a status read until the job changes, served from its feed.
 
-The read is answered from the job's shared snapshot (:mod:`app.api.feeds`), never from
+The read is answered from the job's shared snapshot (:mod:`atlas_jobs._app.api.feeds`), never from
 a query of its own: a thousand held reads of one job cost one read per change.
 Owner scoping is checked on the snapshot's row, so another owner's job answers 404
 exactly like an unknown one. A client that disconnects while its read is held gives its
@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 from sqlalchemy import Row
 from starlette.types import Receive
 
-from app.api.deps import visible_owner
-from app.api.errors import JobNotFoundError
-from app.api.feeds import FeedHub
-from app.api.schemas import JobPublic
-from app.api.snapshots import Snapshot
-from app.api.views import etag_matches
-from app.apikeys import Principal
-from app.lifecycle import JobState, is_terminal
+from atlas_jobs._app.api.deps import visible_owner
+from atlas_jobs._app.api.errors import JobNotFoundError
+from atlas_jobs._app.api.feeds import FeedHub
+from atlas_jobs._app.api.schemas import JobPublic
+from atlas_jobs._app.api.snapshots import Snapshot
+from atlas_jobs._app.api.views import etag_matches
+from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.lifecycle import JobState, is_terminal
 
 
 def _visible(snapshot: Snapshot | None, owner: str | None) -> Row[Any]:

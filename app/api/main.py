@@ -1,9 +1,9 @@
 """The FastAPI application: routers, middleware, error translation, lifespan.
 
 The lifespan opens the database engine (``DATABASE_URL`` or the embedded server), the
-LISTEN connection and the feeds (:mod:`app.api.feeds`) that serve ``Prefer: wait`` reads
+LISTEN connection and the feeds (:mod:`atlas_jobs._app.api.feeds`) that serve ``Prefer: wait`` reads
 and event streams, the download signer and the result store; it closes them in reverse
-order. Once started it freezes the process's start-up heap (:mod:`app.heap`), so the
+order. Once started it freezes the process's start-up heap (:mod:`atlas_jobs._app.heap`), so the
 garbage collector's full passes walk only what requests allocate. While shutting down the
 app reports not-ready (``/readyz`` 503) so a load balancer stops sending traffic.
 """
@@ -17,21 +17,21 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from app import __version__, tracing
-from app.api.docs_pages import install_docs
-from app.api.errors import install_error_handlers
-from app.api.feeds import FeedHub
-from app.api.metrics import ApiMetrics
-from app.api.middleware import (
+from atlas_jobs._app import __version__, tracing
+from atlas_jobs._app.api.docs_pages import install_docs
+from atlas_jobs._app.api.errors import install_error_handlers
+from atlas_jobs._app.api.feeds import FeedHub
+from atlas_jobs._app.api.metrics import ApiMetrics
+from atlas_jobs._app.api.middleware import (
     AnswerUnexpectedErrors,
     BodyGuardMiddleware,
     RequestContextMiddleware,
 )
-from app.api.notifier import JobChangeNotifier
-from app.api.openapi_doc import install_openapi
-from app.api.paths import route_template
-from app.api.queue_sampler import run_sampler
-from app.api.routers import (
+from atlas_jobs._app.api.notifier import JobChangeNotifier
+from atlas_jobs._app.api.openapi_doc import install_openapi
+from atlas_jobs._app.api.paths import route_template
+from atlas_jobs._app.api.queue_sampler import run_sampler
+from atlas_jobs._app.api.routers import (
     events,
     health,
     jobs,
@@ -42,18 +42,18 @@ from app.api.routers import (
     signals,
     webhooks,
 )
-from app.api.state import ApiState
-from app.api.watch_caps import WatcherCaps
-from app.clock import SYSTEM_CLOCK, Clock
-from app.db import migrations
-from app.db.engine import create_engine, libpq_url, resolve_database_url
-from app.heap import freeze_startup_heap
-from app.settings import Settings, get_settings
-from app.signing import signer_from_settings
-from app.storage import make_store
-from app.transitions import Transitions
-from app.ui import api_error_page, install_ui, ui_templates
-from app.ui.errors import UI_PREFIX
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.api.watch_caps import WatcherCaps
+from atlas_jobs._app.clock import SYSTEM_CLOCK, Clock
+from atlas_jobs._app.db import migrations
+from atlas_jobs._app.db.engine import create_engine, libpq_url, resolve_database_url
+from atlas_jobs._app.heap import freeze_startup_heap
+from atlas_jobs._app.settings import Settings, get_settings
+from atlas_jobs._app.signing import signer_from_settings
+from atlas_jobs._app.storage import make_store
+from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._app.ui import api_error_page, install_ui, ui_templates
+from atlas_jobs._app.ui.errors import UI_PREFIX
 
 DESCRIPTION = """\
 Asynchronous request-reply jobs. `POST /v1/jobs` answers `202 Accepted` with the

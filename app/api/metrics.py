@@ -1,6 +1,6 @@
 """Prometheus metrics of one API process (its own registry, so apps do not collide).
 
-``/metrics`` serves this registry, the process-wide families of :mod:`app.metrics` and,
+``/metrics`` serves this registry, the process-wide families of :mod:`atlas_jobs._app.metrics` and,
 under ``atlas-jobs serve``, the worker processes' families (multiprocess mode).
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.api.queue_sampler import QueueGauges
+from atlas_jobs._app.api.queue_sampler import QueueGauges
 
 
 @dataclass

@@ -21,7 +21,7 @@ import structlog
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import (
+from atlas_jobs._app.api.errors import (
     LOG_CONTEXT_KEY,
     ApiError,
     HeadersTooLargeError,
@@ -36,8 +36,8 @@ from app.api.errors import (
     in_job_input,
     problem_response,
 )
-from app.api.metrics import ApiMetrics
-from app.api.paths import route_template
+from atlas_jobs._app.api.metrics import ApiMetrics
+from atlas_jobs._app.api.paths import route_template
 
 log = structlog.get_logger("atlas.api.access")
 
@@ -392,7 +392,7 @@ class BodyGuardMiddleware:
 
 class AnswerUnexpectedErrors:
     """Answers an exception no route expected *inside* the request context, with the
-    one translation of :mod:`app.api.errors` (an outage: ``503 database-unavailable`` +
+    one translation of :mod:`atlas_jobs._app.api.errors` (an outage: ``503 database-unavailable`` +
     ``Retry-After``; a bug: ``500``), so the access log, ``atlas_http_requests_total``,
     the latency histogram and ``X-Request-ID`` all carry the status the client got.
     (Starlette's own last resort, ``ServerErrorMiddleware``, runs outside every user

@@ -2,14 +2,14 @@
 
 The database triggers send ``atlas_job_changed`` with the ids of the jobs a statement
 changed (comma-separated) after every commit that bumps ``jobs.version``.
-The one subscriber per watched job is its :class:`app.api.feeds.Feed`: it sleeps here
+The one subscriber per watched job is its :class:`atlas_jobs._app.api.feeds.Feed`: it sleeps here
 until a notification arrives, then reads the job once for every long-poll and event
 stream watching it -- no polling loop against the database, no read per reader.
 
-The same channel carries ``api-keys-revoked`` (:func:`app.apikeys.revoke_key`): the
-API's key cache is cleared at once (:mod:`app.api.keycache`).
+The same channel carries ``api-keys-revoked`` (:func:`atlas_jobs._app.apikeys.revoke_key`): the
+API's key cache is cleared at once (:mod:`atlas_jobs._app.api.keycache`).
 
-The connection is the shared :class:`app.db.listen.Listener` (one reconnect and backoff
+The connection is the shared :class:`atlas_jobs._app.db.listen.Listener` (one reconnect and backoff
 policy for the API and the workers). After every (re)connect every subscriber is woken:
 changes made while the connection was down were never announced, so each feed re-reads
 once and goes back to sleep. Timeouts still bound every wait, so a lost notification costs
@@ -24,8 +24,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 
-from app.apikeys import API_PROCESS_CHANNEL, KEYS_REVOKED_NOTICE
-from app.db.listen import Listener
+from atlas_jobs._app.apikeys import API_PROCESS_CHANNEL, KEYS_REVOKED_NOTICE
+from atlas_jobs._app.db.listen import Listener
 
 CHANNEL = API_PROCESS_CHANNEL
 APPLICATION_NAME = "atlas-api-listener"

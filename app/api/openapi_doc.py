@@ -26,8 +26,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api.errors import PROBLEM_MEDIA_TYPE, problem_type_uris
-from app.lifecycle import DELIVERY_DOCS, STATE_DOCS, TERMINAL_STATES
+from atlas_jobs._app.api.errors import PROBLEM_MEDIA_TYPE, problem_type_uris
+from atlas_jobs._app.lifecycle import DELIVERY_DOCS, STATE_DOCS, TERMINAL_STATES
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 VALIDATION_PROBLEM_REF = {"$ref": "#/components/schemas/ValidationProblem"}
@@ -211,7 +211,7 @@ def install_openapi(app: FastAPI) -> None:
 
 
 def render_openapi() -> str:
-    from app.api.main import create_app
+    from atlas_jobs._app.api.main import create_app
 
     document = create_app().openapi()
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

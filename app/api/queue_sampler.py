@@ -1,6 +1,6 @@
 """Database-derived gauges, sampled on a cadence (never per scrape, never per series).
 
-One task per API process runs :func:`app.db.reads.queue_gauges` every
+One task per API process runs :func:`atlas_jobs._app.db.reads.queue_gauges` every
 ``ATLAS_METRICS_SAMPLE_SECONDS`` and keeps the answer; ``/metrics`` renders the last
 sample (:class:`QueueGauges`, a collector), so any number of scrapers cost the database
 one indexed query per interval. The same task samples the API's connection pool.
@@ -19,11 +19,11 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import metrics
-from app.clock import Clock
-from app.db import reads
-from app.db.engine import pool_usage
-from app.lifecycle import JobState
+from atlas_jobs._app import metrics
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import pool_usage
+from atlas_jobs._app.lifecycle import JobState
 
 log = structlog.get_logger("atlas.api.metrics")
 

@@ -1,5 +1,5 @@
 """Job rows -> HTTP answers: the status body, its validators and polling headers, and
-the one mapping of a refused move (:class:`~app.transitions.Rejected`) to its problem."""
+the one mapping of a refused move (:class:`~atlas_jobs._app.transitions.Rejected`) to its problem."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Response
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.api.errors import (
+from atlas_jobs._app.api.errors import (
     ApiError,
     CancelTooLateError,
     ConflictingDecisionError,
@@ -21,13 +21,13 @@ from app.api.errors import (
     NotAwaitingReviewError,
     NotAwaitingSignalError,
 )
-from app.api.schemas import JobPublic, ReviewDecision
-from app.api.views import etag, etag_matches, job_status, next_attempt_at, retry_after_seconds
-from app.clock import Clock
-from app.db import reads
-from app.db.engine import Connects
-from app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
-from app.transitions import Applied, MoveResult, Rejected, RejectReason
+from atlas_jobs._app.api.schemas import JobPublic, ReviewDecision
+from atlas_jobs._app.api.views import etag, etag_matches, job_status, next_attempt_at, retry_after_seconds
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import Connects
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
+from atlas_jobs._app.transitions import Applied, MoveResult, Rejected, RejectReason
 
 
 async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.api.schemas import BatchTooLargeProblem, JobStateProblem, Problem, ValidationProblem
+from atlas_jobs._app.api.schemas import BatchTooLargeProblem, JobStateProblem, Problem, ValidationProblem
 
 PROBLEM_DESCRIPTIONS: dict[int, str] = {
     400: "Malformed JSON.",

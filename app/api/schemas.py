@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from app.kinds import KINDS, KindSpec
-from app.lifecycle import DeliveryState, JobState, Reason, TransitionName
+from atlas_jobs._app.kinds import KINDS, KindSpec
+from atlas_jobs._app.lifecycle import DeliveryState, JobState, Reason, TransitionName
 
 
 class StrictModel(BaseModel):

@@ -3,7 +3,7 @@
 On SIGTERM (or SIGINT) :class:`DrainingServer` does not stop listening at once:
 
 1. it marks the process draining -- ``/readyz`` answers 503 from now on -- and ends
-   every held read and event stream (:meth:`app.api.feeds.FeedHub.drain`): a long-poll
+   every held read and event stream (:meth:`atlas_jobs._app.api.feeds.FeedHub.drain`): a long-poll
    answers the current status at once (with ``Retry-After``), a stream ends after the
    ``retry:`` hint it opened with, so clients reconnect to another instance;
 2. for ``ATLAS_SHUTDOWN_DRAIN_SECONDS`` it keeps serving, so that a load balancer sees
@@ -24,10 +24,10 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from app.api.http_protocol import protocol_with_head_timeout
-from app.api.middleware import ContainAnsweredErrors
-from app.logs import get_logger
-from app.settings import Settings
+from atlas_jobs._app.api.http_protocol import protocol_with_head_timeout
+from atlas_jobs._app.api.middleware import ContainAnsweredErrors
+from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.settings import Settings
 
 log = get_logger("atlas.api.serving")
 

@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.feeds import FeedHub
-from app.api.keycache import KeyCache
-from app.api.metrics import ApiMetrics
-from app.api.notifier import JobChangeNotifier
-from app.clock import Clock
-from app.db.engine import AutocommitConnections
-from app.settings import Settings
-from app.signing import DownloadSigner
-from app.storage import ResultStore
-from app.transitions import Transitions
+from atlas_jobs._app.api.feeds import FeedHub
+from atlas_jobs._app.api.keycache import KeyCache
+from atlas_jobs._app.api.metrics import ApiMetrics
+from atlas_jobs._app.api.notifier import JobChangeNotifier
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import AutocommitConnections
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.signing import DownloadSigner
+from atlas_jobs._app.storage import ResultStore
+from atlas_jobs._app.transitions import Transitions
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ApiState:
     migration_heads: frozenset[str] = field(default_factory=frozenset)
     draining: bool = False
     keys: KeyCache = field(init=False)
-    """Recent successful API-key lookups (``app.api.keycache``)."""
+    """Recent successful API-key lookups (``atlas_jobs._app.api.keycache``)."""
     reads: AutocommitConnections = field(init=False)
     """The same pool in autocommit, for reads that need no transaction (authentication,
     a status, a listing page) and a creation that is one statement: no

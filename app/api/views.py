@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.api.schemas import HistoryItem, JobPublic, PublicationPublic, ResultFile
-from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
-from app.signing import DownloadGrant, DownloadSigner
+from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, PublicationPublic, ResultFile
+from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
 
 API_PREFIX = "/v1"
 

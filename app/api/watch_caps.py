@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
-from app.api.errors import TooManyWatchersError, WatchersExhaustedError
+from atlas_jobs._app.api.errors import TooManyWatchersError, WatchersExhaustedError
 
 RETRY_AFTER_SECONDS = 5
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas import StrictModel
+from atlas_jobs._app.api.schemas import StrictModel
 
 
 class WebhookCreate(StrictModel):

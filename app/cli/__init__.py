@@ -14,11 +14,11 @@ from typing import Annotated
 
 import typer
 
-from app.cli.client import client_app, register_client_verbs
-from app.cli.keys import keys_app
-from app.cli.schedules import schedules_app
-from app.cli.webhooks import webhooks_app
-from app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
+from atlas_jobs._app.cli.client import client_app, register_client_verbs
+from atlas_jobs._app.cli.keys import keys_app
+from atlas_jobs._app.cli.schedules import schedules_app
+from atlas_jobs._app.cli.webhooks import webhooks_app
+from atlas_jobs._app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
 
 app = typer.Typer(
     name="atlas-jobs",
@@ -36,8 +36,8 @@ register_client_verbs(app)
 
 
 def database_url() -> str:
-    from app.cli.preflight import CliFailure
-    from app.db.engine import resolve_database_url
+    from atlas_jobs._app.cli.preflight import CliFailure
+    from atlas_jobs._app.db.engine import resolve_database_url
 
     settings = get_settings()
     try:
@@ -54,7 +54,7 @@ def db_url(
     libpq: Annotated[bool, typer.Option(help="Print a libpq URL (for psql).")] = False,
 ) -> None:
     """Print the database URL in use, starting the embedded server if needed."""
-    from app.db.engine import libpq_url
+    from atlas_jobs._app.db.engine import libpq_url
 
     url = database_url()
     typer.echo(libpq_url(url) if libpq else url)
@@ -63,7 +63,7 @@ def db_url(
 @db_app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL server (no-op with DATABASE_URL)."""
-    from app.db import embedded
+    from atlas_jobs._app.db import embedded
 
     settings = get_settings()
     if settings.database_url:
@@ -79,8 +79,8 @@ def migrate(
     """Apply database migrations (alembic upgrade) shipped with this installation."""
     from alembic import command
 
-    from app.cli.preflight import CliFailure, reason, where
-    from app.db import migrations
+    from atlas_jobs._app.cli.preflight import CliFailure, reason, where
+    from atlas_jobs._app.db import migrations
 
     url = database_url()
     typer.echo(f"migrating the database at {where(url)} to {revision} ...")
@@ -98,10 +98,10 @@ PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TC
 @app.command()
 def api(host: HostOption = DEFAULT_HOST, port: PortOption = DEFAULT_PORT) -> None:
     """Serve the HTTP API alone (run workers separately with `atlas-jobs worker`)."""
-    from app.api.main import create_app
-    from app.api.serving import run_api
-    from app.cli.preflight import require_current_schema, require_free_port
-    from app.logs import configure_logging
+    from atlas_jobs._app.api.main import create_app
+    from atlas_jobs._app.api.serving import run_api
+    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.logs import configure_logging
 
     settings = get_settings()
     if settings.public_url is None:
@@ -126,10 +126,10 @@ def worker(
     ),
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
-    from app.api.views import status_document
-    from app.cli.preflight import require_current_schema, require_free_port
-    from app.logs import configure_logging
-    from workers.pool import run_worker
+    from atlas_jobs._app.api.views import status_document
+    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.logs import configure_logging
+    from atlas_jobs._workers.pool import run_worker
 
     settings = get_settings()
     url = database_url()
@@ -137,7 +137,7 @@ def worker(
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
     if metrics_port is not None:
-        from app.metrics import serve_worker_metrics
+        from atlas_jobs._app.metrics import serve_worker_metrics
 
         require_free_port(metrics_host, metrics_port, what="the worker's metrics")
         serve_worker_metrics(metrics_host, metrics_port)
@@ -160,7 +160,7 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
-    from app.cli.preflight import require_current_schema, require_free_port, where
+    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port, where
 
     url = database_url()
     require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
@@ -170,7 +170,7 @@ def serve(
     # Workers write their metrics to files here (prometheus-client's multiprocess
     # mode); the API adds them to its /metrics. A fresh directory per run.
     metrics_dir = tempfile.mkdtemp(prefix="atlas-metrics-")
-    command = [sys.executable, "-m", "app.cli"]
+    command = [sys.executable, "-m", "atlas_jobs._app.cli"]
     worker_env = {**env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     processes = [
         subprocess.Popen(  # noqa: S603 - our own entry point
@@ -252,7 +252,7 @@ def dev_destination(
     """Run the test destination (publications, scripted failures) for demos and tests."""
     import asyncio
 
-    from app.devtools.destination import serve as serve_destination
+    from atlas_jobs._app.devtools.destination import serve as serve_destination
 
     data.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"test destination on http://{host}:{port} (record: {data})")
@@ -263,7 +263,7 @@ def _say(settings: Settings, event: str, line: str, **fields: object) -> None:
     """A line for the person at the terminal, or one JSON log line in production
     (``ATLAS_LOG_FORMAT=json``: every line a process writes is then JSON)."""
     if settings.log_format == "json":
-        from app.logs import configure_logging, get_logger
+        from atlas_jobs._app.logs import configure_logging, get_logger
 
         configure_logging(settings)
         get_logger("atlas.serve").info(event, **fields)
@@ -276,7 +276,7 @@ def openapi(
     output: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
 ) -> None:
     """Print (or write) the OpenAPI document generated from the app."""
-    from app.api.openapi_doc import render_openapi
+    from atlas_jobs._app.api.openapi_doc import render_openapi
 
     text = render_openapi()
     if output is None:
@@ -307,9 +307,9 @@ def main() -> None:
     traceback only with ``--debug`` (or ``ATLAS_DEBUG=1``)."""
     from pydantic import ValidationError
 
-    from app.cli.preflight import CliFailure
-    from app.db.engine import DatabaseUrlError
-    from app.tracing import TracingUnavailableError
+    from atlas_jobs._app.cli.preflight import CliFailure
+    from atlas_jobs._app.db.engine import DatabaseUrlError
+    from atlas_jobs._app.tracing import TracingUnavailableError
 
     try:
         app()

@@ -1,3 +1,3 @@
-from app.cli import main
+from atlas_jobs._app.cli import main
 
 main()

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import typer
 
-from app.client import JobsClient, KeyRejectedError
+from atlas_jobs._app.client import JobsClient, KeyRejectedError
 
 JOB_LINE_FIELDS = frozenset({"kind", "input", "idempotency_key"})
 

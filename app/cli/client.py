@@ -1,5 +1,5 @@
 """Client verbs (``submit``, ``status``, ``watch``, ``list``, ``history``, ``events``,
-``cancel``, ``result``) over HTTP, through the client library :mod:`app.client`.
+``cancel``, ``result``) over HTTP, through the client library :mod:`atlas_jobs._app.client`.
 
 Where: ``--url`` / ``ATLAS_URL`` and ``--api-key`` / ``ATLAS_API_KEY``. Every failure is
 one line on stderr saying what to do, never a traceback, with a documented exit code:
@@ -16,7 +16,7 @@ one line on stderr saying what to do, never a traceback, with a documented exit 
 130  stopped with Ctrl-C (``watch``: the job continues)
 ==== ==========================================================================
 
-``watch`` shows :func:`app.presentation.present`'s label: rendered in place on a
+``watch`` shows :func:`atlas_jobs._app.presentation.present`'s label: rendered in place on a
 terminal (rich), one line per change when piped. A failed read makes the view *stale*
 (after 10 s without a successful read, by the client's own timer), never *failed*.
 """
@@ -34,9 +34,9 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from app.cli.batchfile import submit_file
-from app.cli.render import facts, present_status, watch_line, watch_panel
-from app.client import DEFAULT_URL, ClientError, JobsClient, Observer, RefusedError, follow
+from atlas_jobs._app.cli.batchfile import submit_file
+from atlas_jobs._app.cli.render import facts, present_status, watch_line, watch_panel
+from atlas_jobs._app.client import DEFAULT_URL, ClientError, JobsClient, Observer, RefusedError, follow
 
 client_app = typer.Typer(help="Client verbs.")
 

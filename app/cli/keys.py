@@ -10,7 +10,7 @@ from typing import Annotated, TypeVar
 import typer
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.apikeys import KeyListing, Role, create_key, list_keys, revoke_key
+from atlas_jobs._app.apikeys import KeyListing, Role, create_key, list_keys, revoke_key
 
 keys_app = typer.Typer(help="Create and list API keys (stored hashed; shown once).")
 
@@ -18,8 +18,8 @@ T = TypeVar("T")
 
 
 def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-    from app.db.engine import create_engine, resolve_database_url
-    from app.settings import get_settings
+    from atlas_jobs._app.db.engine import create_engine, resolve_database_url
+    from atlas_jobs._app.settings import get_settings
 
     async def run() -> T:
         engine = create_engine(

@@ -2,7 +2,7 @@
 
 ``serve``, ``api`` and ``worker`` refuse to start against a database they cannot reach,
 one that is not migrated or is at another schema than the installed code expects, or a
-port already taken. :class:`CliFailure` carries the line; ``app.cli.main`` prints it
+port already taken. :class:`CliFailure` carries the line; ``atlas_jobs._app.cli.main`` prints it
 (with the traceback only under ``--debug``).
 """
 
@@ -16,8 +16,8 @@ import socket
 import sys
 import time
 
-from app.db.engine import create_engine, describe_url
-from app.db.migrations import SchemaStatus, schema_status
+from atlas_jobs._app.db.engine import create_engine, describe_url
+from atlas_jobs._app.db.migrations import SchemaStatus, schema_status
 
 CONNECT_TIMEOUT_SECONDS = 15.0
 

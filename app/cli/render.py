@@ -1,4 +1,4 @@
-"""How the client verbs print a job: the label of :func:`app.presentation.present` first,
+"""How the client verbs print a job: the label of :func:`atlas_jobs._app.presentation.present` first,
 then the facts a person needs (stages with counts and the plan revision, delivery,
 attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on a TTY."""
 
@@ -11,8 +11,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from app.client.observer import Observer
-from app.presentation import Observation, Presentation, present
+from atlas_jobs._app.client.observer import Observer
+from atlas_jobs._app.presentation import Observation, Presentation, present
 
 
 def stage_cells(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from app.client import DEFAULT_URL
+from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
+from atlas_jobs._app.client import DEFAULT_URL
 
 schedules_app = typer.Typer(
     help="Cron schedules: one job per tick, exactly once.", no_args_is_help=True

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from app.client import DEFAULT_URL
+from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
+from atlas_jobs._app.client import DEFAULT_URL
 
 webhooks_app = typer.Typer(
     help="Webhook endpoints for job completion callbacks.", no_args_is_help=True

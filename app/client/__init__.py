@@ -1,8 +1,8 @@
 """The Atlas Jobs client library: HTTP calls (:class:`JobsClient`), the client-side
 observation of a job (:class:`Observer`, :func:`follow`) and the typed errors. It needs
-only httpx and :mod:`app.presentation` -- never the server's modules."""
+only httpx and :mod:`atlas_jobs._app.presentation` -- never the server's modules."""
 
-from app.client.errors import (
+from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
     IntegrityError,
@@ -11,8 +11,8 @@ from app.client.errors import (
     NotAllowedError,
     RefusedError,
 )
-from app.client.http import DEFAULT_URL, TERMINAL_STATES, JobsClient, StatusRead
-from app.client.observer import Observer, follow
+from atlas_jobs._app.client.http import DEFAULT_URL, TERMINAL_STATES, JobsClient, StatusRead
+from atlas_jobs._app.client.observer import Observer, follow
 
 __all__ = [
     "DEFAULT_URL",

@@ -1,9 +1,9 @@
 """``JobsClient``: the service's HTTP protocol as plain method calls (synchronous httpx).
 
-Importable without the server (it imports nothing of ``app.api``, ``app.db`` or the
+Importable without the server (it imports nothing of ``atlas_jobs._app.api``, ``atlas_jobs._app.db`` or the
 settings: an import-linter contract keeps it so). Every answer that is not the one asked
-for becomes a :mod:`app.client.errors` exception naming what to do; a transport failure
-is :class:`~app.client.errors.ApiUnreachableError`, never a statement about the job.
+for becomes a :mod:`atlas_jobs._app.client.errors` exception naming what to do; a transport failure
+is :class:`~atlas_jobs._app.client.errors.ApiUnreachableError`, never a statement about the job.
 
 The API key is sent only to the origin (scheme, host, port) of the base URL: a link the
 service hands back (a signed download URL) may name another host, and needs no key.
@@ -22,7 +22,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
-from app.client.errors import (
+from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
     IntegrityError,

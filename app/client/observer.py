@@ -22,9 +22,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from app.client.errors import ApiUnreachableError, RefusedError
-from app.client.http import TERMINAL_STATES, JobsClient, StatusRead
-from app.presentation import STALE_AFTER_SECONDS, Observation, Presentation, present
+from atlas_jobs._app.client.errors import ApiUnreachableError, RefusedError
+from atlas_jobs._app.client.http import TERMINAL_STATES, JobsClient, StatusRead
+from atlas_jobs._app.presentation import STALE_AFTER_SECONDS, Observation, Presentation, present
 
 Clock = Callable[[], float]
 MAX_PAUSE_SECONDS: Final = 5.0

@@ -13,7 +13,7 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
-from app.settings import Settings
+from atlas_jobs._app.settings import Settings
 
 
 class DatabaseUrlError(ValueError):
@@ -93,7 +93,7 @@ def resolve_database_url(settings: Settings, *, start_embedded: bool = True) -> 
         return normalize_url(settings.database_url)
     if not start_embedded:
         raise RuntimeError("DATABASE_URL is unset and the embedded server may not be started")
-    from app.db import embedded
+    from atlas_jobs._app.db import embedded
 
     return embedded.ensure_running(settings.data_dir).url()
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.clock import NOW_SQL
-from app.lifecycle import DECISION_TOO_LATE
+from atlas_jobs._app.clock import NOW_SQL
+from atlas_jobs._app.lifecycle import DECISION_TOO_LATE
 
 _NOW = NOW_SQL
 

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 import asyncpg
 
-from app.logs import get_logger
+from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.db.listen")
 

@@ -21,8 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-import app
-
+import atlas_jobs._app as app
 # One migration at a time per database: every run of alembic's env.py (``atlas-jobs
 # migrate``, the tests, the benchmarks) holds this session-level advisory lock while it
 # migrates, so a second run started meanwhile -- two replicas each migrating on deploy --

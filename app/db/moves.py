@@ -1,4 +1,4 @@
-"""The one executor of transitions: a declared :class:`~app.lifecycle.Transition` and a
+"""The one executor of transitions: a declared :class:`~atlas_jobs._app.lifecycle.Transition` and a
 batch of :class:`Step` s become ONE statement (the way River's completer feeds every
 ``JobSetState...`` into one batched ``...Many`` query).
 
@@ -34,10 +34,10 @@ from typing import Any
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import metrics
-from app.clock import NOW_SQL, Clock
-from app.db.row_rules import sql_list
-from app.lifecycle import (
+from atlas_jobs._app import metrics
+from atlas_jobs._app.clock import NOW_SQL, Clock
+from atlas_jobs._app.db.row_rules import sql_list
+from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
     STATE_REASONS,
     TERMINAL_STATES,
@@ -111,7 +111,7 @@ class Actor:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One job's part in a move. Which fields a transition reads is in its declaration
-    (:class:`~app.lifecycle.Effect`); the others stay ``None``."""
+    (:class:`~atlas_jobs._app.lifecycle.Effect`); the others stay ``None``."""
 
     job_id: uuid.UUID
     attempt_id: uuid.UUID | None = None

@@ -2,15 +2,15 @@
 
 Where SQL lives (and nowhere else):
 
-* :mod:`app.db.moves` -- every transition of a job, generated from its declaration;
+* :mod:`atlas_jobs._app.db.moves` -- every transition of a job, generated from its declaration;
 * this module -- creation, claiming and the maintenance selections (reaper, sweeper),
-  whose literals also come from :mod:`app.lifecycle`;
-* :mod:`app.db.reads` -- reads for the API and the workers (never locking);
-* :mod:`app.transitions` -- the side tables a move writes with it (stages,
+  whose literals also come from :mod:`atlas_jobs._app.lifecycle`;
+* :mod:`atlas_jobs._app.db.reads` -- reads for the API and the workers (never locking);
+* :mod:`atlas_jobs._app.transitions` -- the side tables a move writes with it (stages,
   checkpoints), in the move's transaction;
-* :mod:`app.apikeys` -- API keys.
+* :mod:`atlas_jobs._app.apikeys` -- API keys.
 
-States here are interpolated constants from :mod:`app.lifecycle`, never input.
+States here are interpolated constants from :mod:`atlas_jobs._app.lifecycle`, never input.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from sqlalchemy import Boolean, Integer, TextualSelect, column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import NOW_SQL
-from app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs
-from app.lifecycle import (
+from atlas_jobs._app.clock import NOW_SQL
+from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs
+from atlas_jobs._app.lifecycle import (
     CANCEL_TOO_LATE,
     TRANSITIONS,
     AttemptOutcome,
@@ -42,7 +42,7 @@ _NOW = NOW_SQL
 
 # create: new jobs (queued, reason new) and their history rows in ONE statement, for one
 # job or a batch. Ids come from the caller so the history rows join on them. Each
-# statement comes in two shapes, chosen by the caller (app.transitions.requests): a batch
+# statement comes in two shapes, chosen by the caller (atlas_jobs._app.transitions.requests): a batch
 # binds one array per field (``unnest ... WITH ORDINALITY``, rows in batch order); ONE job
 # binds scalars -- no arrays to encode in the client (asyncpg checks every element) or to
 # parse and unnest in the server, no sort. The answer's rows come in no particular order
@@ -126,7 +126,7 @@ CREATE = Creation(one=_create(one=True), batch=_create(one=False))
 
 
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
-# app.api.admission): the batch (every job of one owner, :admit_owner) is created only
+# atlas_jobs._app.api.admission): the batch (every job of one owner, :admit_owner) is created only
 # if the owner's unfinished jobs plus the batch stay within :admit_cap, else nothing is.
 # atlas_admission_count (migrations e8f9a0b1c2d3, c4d5e6f7a8b9) takes the owner's
 # admission lock, held to the end of the transaction, then sums the owner's rows of
@@ -230,7 +230,7 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # token), an attempts row and a history row, in ONE statement and one short transaction.
 #
 # * Attempt ids are time-ordered (atlas_uuid_v7, revision f1a2b3c4d5e6), like job ids
-#   (app.ids): the new attempts rows append at the right edge of pk_attempts.
+#   (atlas_jobs._app.ids): the new attempts rows append at the right edge of pk_attempts.
 #
 # * The CTE picks rows with FOR UPDATE SKIP LOCKED so concurrent workers never wait on
 #   each other and never pick the same row; LIMIT keeps the batch small.
@@ -281,7 +281,7 @@ WITH picked AS (
 CLAIM = text(f"{_CLAIM_WRITES}SELECT *, {_NOW} AS observed_at FROM claimed ORDER BY seq")
 
 # claim_to_run: the same claim, answering only what a worker needs to start each attempt
-# (workers.context.ClaimedJob, and the claim metrics: state, updated_at, available_at).
+# (atlas_jobs._workers.context.ClaimedJob, and the claim metrics: state, updated_at, available_at).
 # The result columns are declared, so the result's metadata is built once per statement
 # instead of from the cursor on every claim, and no column a worker never reads (the
 # other jsonb documents among them) is sent or decoded.
@@ -472,7 +472,7 @@ async def remember_idempotency_keys(
     )
 
 
-# -- index upkeep of jobs (workers.reindexer) ----------------------------------------------
+# -- index upkeep of jobs (atlas_jobs._workers.reindexer) ----------------------------------------------
 # One worker process at a time rebuilds: a session-level advisory lock on the reindexer's
 # own connection (try-only: another process already at it means nothing to do here).
 # vacuum: the hot tables with at least :dead_rows dead row versions (the statistics'

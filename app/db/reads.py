@@ -17,9 +17,9 @@ from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import Clock
-from app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
-from app.db.schema import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION, JOB_OPERATIONS
+from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
     attempts,
@@ -29,7 +29,7 @@ from app.db.schema import (
     job_stages,
     jobs,
 )
-from app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState, TransitionName
+from atlas_jobs._app.lifecycle import ACTIVE_STATES, TERMINAL_STATES, JobState, TransitionName
 
 
 async def get_job(

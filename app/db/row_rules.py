@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.lifecycle import (
+from atlas_jobs._app.lifecycle import (
     ALL_DELIVERY_STATES,
     ALL_STATES,
     STATE_REASONS,

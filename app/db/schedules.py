@@ -1,7 +1,7 @@
 """Schedules' storage: the rows behind ``/v1/schedules`` and the scheduler's statements.
 
-The rules (which ticks are due, DST, misfires) live in :mod:`app.scheduling`; job
-creation goes through :meth:`app.transitions.Transitions.create_many` like every other
+The rules (which ticks are due, DST, misfires) live in :mod:`atlas_jobs._app.scheduling`; job
+creation goes through :meth:`atlas_jobs._app.transitions.Transitions.create_many` like every other
 creation. This module only reads and writes ``schedules`` and ``schedule_fires``.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import Row, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import NOW_SQL, Clock
-from app.db.schema import schedule_fires, schedules
-from app.ids import new_id
-from app.scheduling import Cron, FireRefusal, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.clock import NOW_SQL, Clock
+from atlas_jobs._app.db.schema import schedule_fires, schedules
+from atlas_jobs._app.ids import new_id
+from atlas_jobs._app.scheduling import Cron, FireRefusal, MisfirePolicy, OverlapPolicy
 
 
 @dataclass(frozen=True, slots=True)

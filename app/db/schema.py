@@ -1,7 +1,7 @@
 """The declared schema. Alembic migrations must produce exactly this (``alembic check``).
 
-CHECK constraints are generated from :mod:`app.lifecycle` (those of ``jobs`` by
-:mod:`app.db.row_rules`), so the database refuses any
+CHECK constraints are generated from :mod:`atlas_jobs._app.lifecycle` (those of ``jobs`` by
+:mod:`atlas_jobs._app.db.row_rules`), so the database refuses any
 value or combination the lifecycle does not allow, even from a buggy writer.
 """
 
@@ -32,16 +32,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
-from app.lifecycle import (
+from atlas_jobs._app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
+from atlas_jobs._app.lifecycle import (
     ALL_ATTEMPT_OUTCOMES,
     ALL_STATES,
     TERMINAL_STATES,
     DeliveryState,
     JobState,
 )
-from app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
-from app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
+from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -57,7 +57,7 @@ TERMINAL_SQL = sql_list(TERMINAL_STATES)
 
 
 # The rules of ``jobs`` are ONE CHECK constraint calling ONE IMMUTABLE PL/pgSQL function
-# (app.db.row_rules: why, which tables not, and how a refusal still names the rule it
+# (atlas_jobs._app.db.row_rules: why, which tables not, and how a refusal still names the rule it
 # broke). Revision a3b4c5d6e7f8 wrote the function (frozen there); ``metadata.create_all``
 # creates it before the tables (the declared-schema test).
 def _create_row_rules(_metadata: MetaData, connection: Connection, **_kw: Any) -> None:
@@ -136,7 +136,7 @@ jobs = Table(
     postgresql_with=JOBS_STORAGE,
 )
 
-# The columns of a job that its status body (app.api.views.job_status) and status
+# The columns of a job that its status body (atlas_jobs._app.api.views.job_status) and status
 # headers (ETag, Retry-After) are built from -- with ``observed_at``, the database time
 # of the read, which each statement adds. The status read and the creation statements
 # answer these, not the whole row: the input, the result reference, the lease's owner
@@ -255,7 +255,7 @@ job_history = Table(
     Column("seq", BigInteger, Identity(always=True), nullable=False),
     # No foreign key (revision f1a2b3c4d5e6): every row is written by the statement that
     # changes or holds its job, and the pruner deletes it with its job
-    # (app.db.queries.PRUNE_HISTORY); a key's check per row proved nothing more.
+    # (atlas_jobs._app.db.queries.PRUNE_HISTORY); a key's check per row proved nothing more.
     Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("at", TZ, nullable=False, server_default=NOW),
     Column("transition", Text, nullable=False),
@@ -363,7 +363,7 @@ OPERATION_STATES: tuple[str, ...] = (
     "confirmed",
     "refused",
 )
-"""Where an external operation stands (``workers.external``): ``intended`` is recorded
+"""Where an external operation stands (``atlas_jobs._workers.external``): ``intended`` is recorded
 before the request leaves; ``uncertain`` after a timeout, reset or 5xx once sent;
 ``awaiting_confirmation`` when the destination accepted it and confirms later (a
 signal); ``confirmed`` when the destination applied it (answered, or found applied by

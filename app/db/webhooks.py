@@ -17,9 +17,9 @@ from sqlalchemy import Row, delete, func, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import NOW_SQL
-from app.db.schema import job_webhooks, webhook_deliveries, webhooks
-from app.ids import new_id
+from atlas_jobs._app.clock import NOW_SQL
+from atlas_jobs._app.db.schema import job_webhooks, webhook_deliveries, webhooks
+from atlas_jobs._app.ids import new_id
 
 
 async def register(

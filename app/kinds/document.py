@@ -4,7 +4,7 @@ The input is a small structured document and the *name* of a configured destinat
 (never a URL). Extraction is checkpointed per section; the review gate makes the job
 ``waiting`` (reason ``review``) with a deadline -- the kind's, or the job's own within
 bounds -- and a rule for when it passes; publication is an external operation with a
-stable operation id, reconciled before any repeat (``workers.external``).
+stable operation id, reconciled before any repeat (``atlas_jobs._workers.external``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.destinations import DESTINATION_NAME, destination_names
+from atlas_jobs._app.destinations import DESTINATION_NAME, destination_names
 
 MAX_SECTIONS = 50
 MAX_SECTION_CHARS = 20_000
@@ -68,7 +68,7 @@ class DocumentInput(BaseModel):
     @field_validator("destination")
     @classmethod
     def _allowed(cls, name: str) -> str:
-        from app.settings import get_settings
+        from atlas_jobs._app.settings import get_settings
 
         allowed = get_settings().destinations
         if name not in allowed:

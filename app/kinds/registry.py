@@ -8,9 +8,9 @@ from types import MappingProxyType
 
 from pydantic import BaseModel
 
-from app.kinds.bundle import BundleInput
-from app.kinds.document import DocumentInput
-from app.kinds.noop import NoopInput
+from atlas_jobs._app.kinds.bundle import BundleInput
+from atlas_jobs._app.kinds.document import DocumentInput
+from atlas_jobs._app.kinds.noop import NoopInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The transition service: every state change of every job goes through here.
 
-Each named transition of :data:`app.lifecycle.TRANSITIONS` is declared as data there and
-applied by the one executor, :mod:`app.db.moves`: a compare-and-set on the job row -- its
+Each named transition of :data:`atlas_jobs._app.lifecycle.TRANSITIONS` is declared as data there and
+applied by the one executor, :mod:`atlas_jobs._app.db.moves`: a compare-and-set on the job row -- its
 state, and for worker transitions the attempt id (the fencing token) and a live lease --
 with the attempt ending and the history row written by the same statement. A move that
 is illegal, stale or aimed at a missing job returns :class:`Rejected`; nothing is
@@ -22,8 +22,8 @@ Callers own the transaction: pass an ``AsyncConnection`` inside ``engine.begin()
 
 from __future__ import annotations
 
-from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
-from app.transitions.base import (
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step
+from atlas_jobs._app.transitions.base import (
     SYSTEM_REAPER,
     SYSTEM_SCHEDULER,
     SYSTEM_SWEEPER,
@@ -32,9 +32,9 @@ from app.transitions.base import (
     OwnerAtCapacity,
     error_doc,
 )
-from app.transitions.operations import OperationEntry, OperationMoves
-from app.transitions.waits import SignalOutcome, WaitMoves
-from app.transitions.worker import WorkerMoves
+from atlas_jobs._app.transitions.operations import OperationEntry, OperationMoves
+from atlas_jobs._app.transitions.waits import SignalOutcome, WaitMoves
+from atlas_jobs._app.transitions.worker import WorkerMoves
 
 
 class Transitions(WaitMoves, WorkerMoves, OperationMoves):

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.clock import Clock
-from app.db.moves import Actor, Executor
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.moves import Actor, Executor
 
 SYSTEM_REAPER = Actor("system", "reaper")
 SYSTEM_SWEEPER = Actor("system", "sweeper")
@@ -32,7 +32,7 @@ class NewJob:
     """What started the job besides a request (a schedule and its tick), recorded in
     the creation's history ``data``."""
     traceparent: str | None = None
-    """The creating request's W3C trace context when tracing is on (``app.tracing``),
+    """The creating request's W3C trace context when tracing is on (``atlas_jobs._app.tracing``),
     recorded in the creation's history ``data``: each attempt's span continues it."""
 
 

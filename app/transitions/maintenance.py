@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.moves import Applied, MoveResult, Rejected, RejectReason, Step
-from app.db.queries import LEASE_FACTS
-from app.lifecycle import (
+from atlas_jobs._app.db.moves import Applied, MoveResult, Rejected, RejectReason, Step
+from atlas_jobs._app.db.queries import LEASE_FACTS
+from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
     TRANSITIONS,
     JobState,
@@ -20,7 +20,7 @@ from app.lifecycle import (
     TransitionName,
     budget_verdict,
 )
-from app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, Service, error_doc
+from atlas_jobs._app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, Service, error_doc
 
 _N = TransitionName
 
@@ -52,8 +52,8 @@ class MaintenanceMoves(Service):
         self, conn: AsyncConnection, expired: Sequence[Row[Any]], backoff: Backoff
     ) -> list[MoveResult]:
         """Rescue jobs whose lease expired, already locked with their budget facts
-        (:data:`~app.db.queries.EXPIRED_LEASES`): ``running`` -> ``queued`` while the
-        budget lasts (:func:`~app.lifecycle.budget_verdict`, the rule a worker's retry
+        (:data:`~atlas_jobs._app.db.queries.EXPIRED_LEASES`): ``running`` -> ``queued`` while the
+        budget lasts (:func:`~atlas_jobs._app.lifecycle.budget_verdict`, the rule a worker's retry
         follows too), else ``unresolved``; ``cancel_requested`` -> ``canceled``. One
         statement per transition, whatever the batch size."""
         rescue: list[Step] = []

@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.external import UPSERT_OPERATION
-from app.db.moves import Actor, Applied, MoveResult, Step
-from app.lifecycle import OPERATION_RECORDED, TRANSITIONS, TransitionName
-from app.transitions.base import Service
+from atlas_jobs._app.db.external import UPSERT_OPERATION
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Step
+from atlas_jobs._app.lifecycle import OPERATION_RECORDED, TRANSITIONS, TransitionName
+from atlas_jobs._app.transitions.base import Service
 
 
 @dataclass(frozen=True, slots=True)

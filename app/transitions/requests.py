@@ -10,19 +10,19 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import metrics
-from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
-from app.db.queries import CREATE, CREATE_ADMITTED, CREATE_KEYED, LATE_CANCEL
-from app.db.schema import jobs
-from app.ids import new_id
-from app.lifecycle import (
+from atlas_jobs._app import metrics
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason, Step, check_actor
+from atlas_jobs._app.db.queries import CREATE, CREATE_ADMITTED, CREATE_KEYED, LATE_CANCEL
+from atlas_jobs._app.db.schema import jobs
+from atlas_jobs._app.ids import new_id
+from atlas_jobs._app.lifecycle import (
     CANCEL_TOO_LATE,
     TERMINAL_STATES,
     TRANSITIONS,
     JobState,
     TransitionName,
 )
-from app.transitions.base import KeyedRefusal, NewJob, OwnerAtCapacity, Service, error_doc
+from atlas_jobs._app.transitions.base import KeyedRefusal, NewJob, OwnerAtCapacity, Service, error_doc
 
 _N = TransitionName
 _T = TypeVar("_T")
@@ -304,7 +304,7 @@ class RequestMoves(Service):
 
 def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
     """One job's fields as the scalars of a creation statement's ``one`` shape
-    (``app.db.queries._CREATION_FIELDS``)."""
+    (``atlas_jobs._app.db.queries._CREATION_FIELDS``)."""
     return {
         "p_id": job_id,
         "p_owner": new.owner,

@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.external import FIND_SIGNAL, LAST_DECISION, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
-from app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
-from app.lifecycle import JobState, Reason, TransitionName
-from app.transitions.maintenance import MaintenanceMoves
-from app.transitions.requests import RequestMoves
+from atlas_jobs._app.db.external import FIND_SIGNAL, LAST_DECISION, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
+from atlas_jobs._app.lifecycle import JobState, Reason, TransitionName
+from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
+from atlas_jobs._app.transitions.requests import RequestMoves
 
 _N = TransitionName
 

@@ -12,11 +12,11 @@ from sqlalchemy import Row, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import metrics
-from app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
-from app.db.queries import CLAIM, CLAIM_TO_RUN, LEASE_FACTS, LOCK_FOR_PUBLICATION, RECORD_UNIT
-from app.db.schema import job_stages
-from app.lifecycle import (
+from atlas_jobs._app import metrics
+from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
+from atlas_jobs._app.db.queries import CLAIM, CLAIM_TO_RUN, LEASE_FACTS, LOCK_FOR_PUBLICATION, RECORD_UNIT
+from atlas_jobs._app.db.schema import job_stages
+from atlas_jobs._app.lifecycle import (
     TRANSITIONS,
     DeliveryState,
     JobState,
@@ -24,7 +24,7 @@ from app.lifecycle import (
     TransitionName,
     budget_verdict,
 )
-from app.transitions.base import Service
+from atlas_jobs._app.transitions.base import Service
 
 _N = TransitionName
 
@@ -274,7 +274,7 @@ class WorkerMoves(Service):
         actor: Actor,
     ) -> MoveResult:
         """A recoverable error ended the attempt: :meth:`retry_later` while the budget
-        lasts (:func:`~app.lifecycle.budget_verdict` on database time), else
+        lasts (:func:`~atlas_jobs._app.lifecycle.budget_verdict` on database time), else
         :meth:`give_up` -- the rule the reaper applies to a lost lease too."""
         facts = (
             await conn.execute(LEASE_FACTS, {"job_ids": [job_id], **self.clock.bind()})

@@ -1,9 +1,9 @@
 """The status page: server-rendered HTML under ``/ui`` (Jinja2 + vendored htmx).
 
 ``/ui/login`` takes an API key once and sets a signed, HTTP-only, SameSite=Strict session
-cookie (:mod:`app.ui.session`); ``/ui/jobs`` lists the caller's jobs; ``/ui/jobs/{id}``
+cookie (:mod:`atlas_jobs._app.ui.session`); ``/ui/jobs`` lists the caller's jobs; ``/ui/jobs/{id}``
 shows one job -- label, stages, delivery, history, download links, Cancel -- live from
-the job's feed (:mod:`app.ui.live`); ``/ui/queue`` is the operators' queue view. No
+the job's feed (:mod:`atlas_jobs._app.ui.live`); ``/ui/queue`` is the operators' queue view. No
 route here is in the OpenAPI document.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.ui import live as _live  # noqa: F401 - registers the event stream route
-from app.ui.errors import api_error_page, install_ui_errors
-from app.ui.rendering import STATIC_DIR
-from app.ui.routes import router
+from atlas_jobs._app.ui import live as _live  # noqa: F401 - registers the event stream route
+from atlas_jobs._app.ui.errors import api_error_page, install_ui_errors
+from atlas_jobs._app.ui.rendering import STATIC_DIR
+from atlas_jobs._app.ui.routes import router
 
 
 def install_ui(app: FastAPI) -> None:

@@ -19,11 +19,11 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
-from app.api.deps import StateDep
-from app.api.state import ApiState
-from app.apikeys import Principal, Role, authenticate_with_fingerprint
-from app.signing import load_secret
-from app.ui.session import COOKIE_NAME, Session, SessionCodec
+from atlas_jobs._app.api.deps import StateDep
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.apikeys import Principal, Role, authenticate_with_fingerprint
+from atlas_jobs._app.signing import load_secret
+from atlas_jobs._app.ui.session import COOKIE_NAME, Session, SessionCodec
 
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"

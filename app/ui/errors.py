@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
-from app.api.errors import ApiError, JobNotFoundError, RouteNotFoundError
-from app.ui.auth import LoginRequiredError, UiForbiddenError, UiNotFoundError
-from app.ui.rendering import render
-from app.ui.routes import PAGE_HEADERS, UiBadFilterError, html
+from atlas_jobs._app.api.errors import ApiError, JobNotFoundError, RouteNotFoundError
+from atlas_jobs._app.ui.auth import LoginRequiredError, UiForbiddenError, UiNotFoundError
+from atlas_jobs._app.ui.rendering import render
+from atlas_jobs._app.ui.routes import PAGE_HEADERS, UiBadFilterError, html
 
 UI_PREFIX = "/ui"
 

@@ -2,7 +2,7 @@
 
 The page's browser cannot send an ``Authorization`` header on an EventSource, so this
 stream is authenticated by the session cookie. It follows the job's shared feed
-(:class:`~app.api.feeds.FeedHub`): one database read per change of the job, shared with
+(:class:`~atlas_jobs._app.api.feeds.FeedHub`): one database read per change of the job, shared with
 every API long-poll and event stream watching it, and the same per-key and per-process
 watcher caps (429 / 503). Each event ``panel`` carries the job's panel rendered from the
 feed's snapshot -- no query per viewer -- and htmx swaps it in (``sse-swap``). When the
@@ -17,16 +17,16 @@ from collections.abc import AsyncIterator
 from fastapi import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import StateDep, visible_owner
-from app.api.feeds import Watcher
-from app.api.routers.events import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
-from app.api.snapshots import Snapshot
-from app.api.state import ApiState
-from app.api.views import history_item
-from app.lifecycle import DeliveryState, JobState
-from app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
-from app.ui.rendering import HISTORY_SHOWN, job_view, render, settled
-from app.ui.routes import files_for, parse_job_id, router
+from atlas_jobs._app.api.deps import StateDep, visible_owner
+from atlas_jobs._app.api.feeds import Watcher
+from atlas_jobs._app.api.routers.events import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
+from atlas_jobs._app.api.snapshots import Snapshot
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.api.views import history_item
+from atlas_jobs._app.lifecycle import DeliveryState, JobState
+from atlas_jobs._app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
+from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, job_view, render, settled
+from atlas_jobs._app.ui.routes import files_for, parse_job_id, router
 
 
 def render_panel(state: ApiState, snapshot: Snapshot, viewer: Viewer) -> str:

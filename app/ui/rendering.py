@@ -3,7 +3,7 @@
 Jinja2 with autoescaping on for every template (``.html``): job ids, owners, error
 messages and history notes are data, never markup. What a page shows of a job is what
 ``GET /v1/jobs/{id}`` shows the same caller (the status body, never the job's input),
-its label from :func:`app.presentation.present` -- the one presentation function -- and
+its label from :func:`atlas_jobs._app.presentation.present` -- the one presentation function -- and
 download links only when the API would hand them out.
 """
 
@@ -17,11 +17,11 @@ from typing import Any, Final
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from app.api.routers.events import UNSETTLED
-from app.api.schemas import HistoryItem, JobPublic, ResultFile
-from app.lifecycle import DeliveryState, JobState, TransitionName, is_terminal, transition
-from app.presentation import Observation, present
-from app.ui.auth import Viewer
+from atlas_jobs._app.api.routers.events import UNSETTLED
+from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, ResultFile
+from atlas_jobs._app.lifecycle import DeliveryState, JobState, TransitionName, is_terminal, transition
+from atlas_jobs._app.presentation import Observation, present
+from atlas_jobs._app.ui.auth import Viewer
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent / "templates"
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"

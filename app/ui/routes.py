@@ -1,7 +1,7 @@
 """The status page's routes under ``/ui`` (HTML, left out of the OpenAPI document).
 
 Reads go through the same functions as the API's routers (``reads.list_jobs`` + stage
-rows for a page, ``reads.get_job`` scoped by :func:`~app.api.deps.visible_owner`), so a
+rows for a page, ``reads.get_job`` scoped by :func:`~atlas_jobs._app.api.deps.visible_owner`), so a
 page shows what the API shows the same key. The one write -- Cancel -- goes through
 ``Transitions.request_cancel``, as ``POST /v1/jobs/{id}/cancel`` does, and its answer
 comes from the row the move returned (read on the same transaction's connection).
@@ -18,19 +18,19 @@ from urllib.parse import parse_qsl, urlencode
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.deps import StateDep, visible_owner
-from app.api.errors import ApiError, JobNotFoundError
-from app.api.reading import answer, public_status
-from app.api.routers import operations
-from app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
-from app.api.schemas import JobPublic, ResultFile
-from app.api.state import ApiState
-from app.api.views import effective_delivery, history_item, job_status, result_files
-from app.apikeys import authenticate, hash_key, key_fingerprint
-from app.db import reads
-from app.db.engine import one_snapshot
-from app.lifecycle import ALL_STATES, DeliveryState, JobState
-from app.ui.auth import (
+from atlas_jobs._app.api.deps import StateDep, visible_owner
+from atlas_jobs._app.api.errors import ApiError, JobNotFoundError
+from atlas_jobs._app.api.reading import answer, public_status
+from atlas_jobs._app.api.routers import operations
+from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
+from atlas_jobs._app.api.schemas import JobPublic, ResultFile
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.api.views import effective_delivery, history_item, job_status, result_files
+from atlas_jobs._app.apikeys import authenticate, hash_key, key_fingerprint
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import one_snapshot
+from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
+from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
     CodecDep,
@@ -42,8 +42,8 @@ from app.ui.auth import (
     check_same_origin,
     viewer_from_cookie,
 )
-from app.ui.rendering import HISTORY_SHOWN, JobView, job_view, label_of, render
-from app.ui.session import COOKIE_NAME, COOKIE_PATH, new_session
+from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, JobView, job_view, label_of, render
+from atlas_jobs._app.ui.session import COOKIE_NAME, COOKIE_PATH, new_session
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -1,8 +1,8 @@
 """The status page's browser session: a signed cookie that never holds the API key.
 
 The key is typed once into the login form. The cookie then carries the key's id, a
-fingerprint of its stored hash (:func:`app.apikeys.key_fingerprint`) and a random CSRF
-token, signed with the service's secret (:func:`app.signing.load_secret`, another salt
+fingerprint of its stored hash (:func:`atlas_jobs._app.apikeys.key_fingerprint`) and a random CSRF
+token, signed with the service's secret (:func:`atlas_jobs._app.signing.load_secret`, another salt
 than download links) and timestamped: it is refused after ``ui_session_ttl_seconds``.
 Every request re-checks the key in ``api_keys``, so revoking the key ends its sessions.
 The cookie is ``HttpOnly`` (scripts cannot read it), ``SameSite=Strict`` (no other site

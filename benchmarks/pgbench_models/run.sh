@@ -107,7 +107,7 @@ build_templates() {
             pgbm_tpl_atlas)
                 admin "CREATE DATABASE $t"
                 (cd "$REPO" && PYTHONPATH="$REPO" "$ATLAS_PYTHON" -c \
-                    'import sys; from app.db.engine import normalize_url; from benchmarks.peer_adapter import migrate; migrate(normalize_url(sys.argv[1]))' \
+                    'import sys; from atlas_jobs._app.db.engine import normalize_url; from benchmarks.peer_adapter import migrate; migrate(normalize_url(sys.argv[1]))' \
                     "$BASE/$t" >&2)
                 psql_on "$t" -v nrows="$ROWS" -f "$HERE/prefill_atlas.sql" ;;
             pgbm_tpl_narrow)

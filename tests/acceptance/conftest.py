@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from tests.support import atlas_process, free_port
 from tests.workers.procs import Fleet, WorkerSettings
 

@@ -197,7 +197,7 @@ def start_world(
             [
                 sys.executable,
                 "-m",
-                "app.cli",
+                "atlas_jobs._app.cli",
                 "dev-destination",
                 "--port",
                 str(dest_port),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from chaos.api_machine import ApiMachine, configure
 from tests.acceptance.conftest import ServiceFactory
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from app.db import embedded
+from atlas_jobs._app.db import embedded
 from tests.acceptance.conftest import ServiceFactory
 from tests.acceptance.test_seed_histories import TERMINAL, observe, submit
 from tests.support import Server, alembic

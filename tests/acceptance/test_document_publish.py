@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from tests.acceptance.publishing import (
     Keys,
     World,
@@ -28,7 +28,7 @@ from tests.acceptance.publishing import (
     worker_metrics,
 )
 from tests.ops.metrics_text import samples
-from workers.external import MAX_SENDS_PER_ATTEMPT
+from atlas_jobs._workers.external import MAX_SENDS_PER_ATTEMPT
 
 Start = Callable[..., World]
 
@@ -467,7 +467,7 @@ async def test_kill_9_between_applying_and_recording_never_applies_twice(
 async def test_publication_that_cannot_be_established_is_blocked(
     world: Start, data_dir: Path
 ) -> None:
-    from app.storage import _owner_dir_name
+    from atlas_jobs._app.storage import _owner_dir_name
 
     w = world()
     published = data_dir / "results" / "published"

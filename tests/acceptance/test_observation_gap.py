@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from app.client import JobsClient, Observer, follow
-from app.presentation import Observation
+from atlas_jobs._app.client import JobsClient, Observer, follow
+from atlas_jobs._app.presentation import Observation
 from tests.acceptance.conftest import ServiceFactory
 from tests.proxy import tcp_proxy
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from app.presentation import Observation, present
+from atlas_jobs._app.presentation import Observation, present
 from tests.acceptance.conftest import ServiceFactory
 
 BUNDLE = {"preset": "coast", "pages": ["cover", "summary"], "format": "text-bundle-v1"}

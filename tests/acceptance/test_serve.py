@@ -21,7 +21,7 @@ from tests.support import REPO, atlas_process, free_port
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "atlas_jobs._app.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.main import create_app
-from app.clock import Clock
-from app.settings import Settings
-from app.transitions import Transitions
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Transitions
 from tests.api.support import Driver, Keys, make_keys
 from tests.support import atlas_process, free_port
 
@@ -70,7 +70,7 @@ class LiveApi:
 
 @pytest.fixture
 def live_api(database_url: str, data_dir: Path, tmp_path: Path) -> Iterator[LiveApi]:
-    """``python -m app.cli api --port <free>`` against this test's database."""
+    """``python -m atlas_jobs._app.cli api --port <free>`` against this test's database."""
     port = free_port()
     log_path = tmp_path / "api.log"
     env = {

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.kinds import handler_key
-from app.lifecycle import DeliveryState, Reason
-from app.storage import FilesystemStore
-from app.transitions import Actor, Applied, Transitions, error_doc
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import DeliveryState, Reason
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Actor, Applied, Transitions, error_doc
 
 WORKER = Actor("worker", "w-api-test")
 BUNDLE_HANDLER = handler_key("atlas.bundle", 1)

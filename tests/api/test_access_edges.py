@@ -12,12 +12,12 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.main import create_app
-from app.apikeys import Role, create_key, revoke_key
-from app.clock import Clock
-from app.db.schema import job_history
-from app.settings import Settings
-from app.signing import DownloadSigner
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.apikeys import Role, create_key, revoke_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import job_history
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.signing import DownloadSigner
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 

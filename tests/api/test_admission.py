@@ -12,10 +12,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.main import create_app
-from app.apikeys import Role, create_key
-from app.clock import Clock
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Keys
 from tests.support import atlas_process, free_port

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.main import create_app
-from app.clock import Clock
-from app.db import queries
-from app.db.schema import idempotency_keys, job_history, jobs
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import queries
+from atlas_jobs._app.db.schema import idempotency_keys, job_history, jobs
+from atlas_jobs._app.settings import Settings
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Keys
 from tests.api.test_errors_auth import assert_problem

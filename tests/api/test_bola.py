@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.db.schema import job_history
+from atlas_jobs._app.db.schema import job_history
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 
 ROUTES = [

@@ -12,8 +12,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.db.schema import jobs
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.db.schema import jobs
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver
 from tests.support import REPO
@@ -21,7 +21,7 @@ from tests.support import REPO
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "atlas_jobs._app.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.db.schema import jobs
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.db.schema import jobs
 from tests.api.conftest import SIGNING_SECRET, LiveApi
 from tests.proxy import TcpProxy, tcp_proxy
 from tests.support import REPO, atlas_process, free_port
@@ -41,7 +41,7 @@ VERBS: list[list[str]] = [
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "atlas_jobs._app.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -188,7 +188,7 @@ async def test_watch_on_a_terminal_shows_the_label_then_one_stale_line_in_place(
         env["ATLAS_URL"] = proxy.url
         created = cli("submit", "--kind", "atlas.noop", env=env)  # no worker: stays queued
         job_id = created.stdout.strip()
-        terminal = Terminal([sys.executable, "-m", "app.cli", "watch", job_id], env)
+        terminal = Terminal([sys.executable, "-m", "atlas_jobs._app.cli", "watch", job_id], env)
         try:
             terminal.wait_for(r"Queued")
             # The label came from a first read without Prefer (answered at once); only

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from tests.api.conftest import LiveApi
 from tests.api.support import Driver, Keys
 from tests.support import REPO

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from app.lifecycle import DeliveryState
+from atlas_jobs._app.lifecycle import DeliveryState
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys, parse_sse
 

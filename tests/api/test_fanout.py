@@ -21,12 +21,12 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from app.api.feeds import FeedHub
-from app.api.main import create_app
-from app.api.snapshots import HISTORY_KEPT
-from app.clock import Clock
-from app.settings import Settings
-from app.transitions import Actor
+from atlas_jobs._app.api.feeds import FeedHub
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.api.snapshots import HISTORY_KEPT
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver, Keys, parse_sse
 from tests.sent_statements import statements

@@ -1,4 +1,4 @@
-"""The headers the create and status-read routes read themselves (``app.api.header_params``)
+"""The headers the create and status-read routes read themselves (``atlas_jobs._app.api.header_params``)
 are validated as their OpenAPI parameters say: a value out of bounds is the same RFC 9457
 problem FastAPI's own header parameters answered (``invalid-request``, the error located
 at ``header.<Name>``), the name is matched in any case, and authentication still comes

@@ -6,7 +6,7 @@ import uuid
 
 import httpx
 
-from app.lifecycle import JobState
+from atlas_jobs._app.lifecycle import JobState
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}

@@ -1,4 +1,4 @@
-"""The API-key cache (app.api.keycache): a revoked key is refused at most the TTL after
+"""The API-key cache (atlas_jobs._app.api.keycache): a revoked key is refused at most the TTL after
 its revocation even when the revocation notice is lost, at once when it arrives, and
 the cache never lets in a key the database would refuse."""
 
@@ -12,9 +12,9 @@ from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.keycache import KeyCache
-from app.apikeys import revoke_key
-from app.db.schema import api_keys
+from atlas_jobs._app.api.keycache import KeyCache
+from atlas_jobs._app.apikeys import revoke_key
+from atlas_jobs._app.db.schema import api_keys
 from tests.api.support import Keys
 
 

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.clock import Clock
-from app.settings import Settings
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Keys
 from tests.api.test_admission import client_for

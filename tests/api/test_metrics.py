@@ -10,10 +10,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api.main import create_app
-from app.clock import Clock
-from app.lifecycle import JobState
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.settings import Settings
 from tests.api.support import Keys
 from tests.factory import JobFactory
 from tests.ops.metrics_text import total, value

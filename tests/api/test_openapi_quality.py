@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from app.api.errors import problem_type_uris
-from app.lifecycle import TERMINAL_STATES
+from atlas_jobs._app.api.errors import problem_type_uris
+from atlas_jobs._app.lifecycle import TERMINAL_STATES
 from tests.support import REPO
 
 DOCUMENT: dict[str, Any] = json.loads((REPO / "openapi" / "openapi.json").read_text())

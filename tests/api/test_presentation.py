@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.presentation import Observation, present
+from atlas_jobs._app.presentation import Observation, present
 
 
 def status(state: str, **extra: Any) -> dict[str, Any]:

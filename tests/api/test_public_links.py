@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.main import create_app
-from app.clock import Clock
-from app.settings import Settings, bind_url
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings, bind_url
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 from tests.api.test_cli import cli

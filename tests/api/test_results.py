@@ -9,7 +9,7 @@ import uuid
 import httpx
 import pytest
 
-from app.signing import DownloadGrant, DownloadSigner
+from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
 from tests.api.conftest import SIGNING_SECRET
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 
@@ -35,7 +35,7 @@ async def test_result_is_409_naming_state_and_delivery_until_published(
     attempt = await driver.claim(job_id)
     driver.store.write_staged(job_id, "bundle.zip", b"zip")
     async with driver.engine.begin() as conn:
-        from app.lifecycle import DeliveryState
+        from atlas_jobs._app.lifecycle import DeliveryState
         from tests.api.support import WORKER
 
         await driver.t.stage_output(
@@ -129,8 +129,8 @@ async def test_expired_result_is_410_and_state_stays_succeeded(
 async def test_failed_job_with_private_outputs_is_blocked_and_never_downloadable(
     client: httpx.AsyncClient, keys: Keys, driver: Driver
 ) -> None:
-    from app.lifecycle import DeliveryState
-    from app.transitions import error_doc
+    from atlas_jobs._app.lifecycle import DeliveryState
+    from atlas_jobs._app.transitions import error_doc
     from tests.api.support import WORKER
 
     job_id = await new_job(client, keys)

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import metrics
-from app.clock import Clock
-from app.settings import Settings
-from app.transitions import Transitions
+from atlas_jobs._app import metrics
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Transitions
 from tests.api.support import BUNDLE_INPUT, Keys
-from workers.scheduler import Scheduler
+from atlas_jobs._workers.scheduler import Scheduler
 
 CAP = 3
 

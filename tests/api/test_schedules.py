@@ -10,12 +10,12 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.schema import job_webhooks
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import job_webhooks
+from atlas_jobs._app.transitions import Transitions
 from tests.api.support import BUNDLE_INPUT, Keys
 from tests.support import REPO
-from workers.scheduler import Scheduler
+from atlas_jobs._workers.scheduler import Scheduler
 
 
 def body(**overrides: Any) -> dict[str, Any]:

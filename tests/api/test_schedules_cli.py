@@ -6,7 +6,7 @@ import json
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
+from atlas_jobs._app.apikeys import Role, create_key
 from tests.api.conftest import LiveApi
 from tests.api.test_cli import cli
 from tests.support import free_port

@@ -8,7 +8,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from app.api.openapi_doc import render_openapi
+from atlas_jobs._app.api.openapi_doc import render_openapi
 from tests.api.support import BUNDLE_INPUT, Keys
 from tests.support import REPO
 

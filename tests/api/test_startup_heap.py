@@ -1,4 +1,4 @@
-"""The API process freezes its start-up heap once its lifespan has started (app.heap).
+"""The API process freezes its start-up heap once its lifespan has started (atlas_jobs._app.heap).
 
 In a fresh interpreter: nothing is frozen before the lifespan, the start-up objects are
 frozen once it has started (before the first request), and a second app in the same
@@ -12,8 +12,8 @@ from pathlib import Path
 
 SCRIPT = """
 import asyncio, gc, sys
-from app.api.main import create_app
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.settings import Settings
 
 async def main() -> None:
     settings = Settings(DATABASE_URL=sys.argv[1], data_dir=sys.argv[2])

@@ -1,4 +1,4 @@
-"""The status body, built as ONE validation of plain fields (``app.api.views.job_status``),
+"""The status body, built as ONE validation of plain fields (``atlas_jobs._app.api.views.job_status``),
 is byte for byte the body the model-by-model construction gives (each nested model
 built and validated on its own, as before issue 9), for a job in each state a client can
 see: queued, running with a plan, queued for a retry, waiting for review, unresolved,
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.schemas import (
+from atlas_jobs._app.api.schemas import (
     CancelPublic,
     DeliveryPublic,
     ErrorPublic,
@@ -24,11 +24,11 @@ from app.api.schemas import (
     StagePublic,
     WaitPublic,
 )
-from app.api.views import effective_delivery, job_path, next_attempt_at
-from app.clock import Clock
-from app.db import reads
-from app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
-from app.transitions import Transitions, error_doc
+from atlas_jobs._app.api.views import effective_delivery, job_path, next_attempt_at
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from atlas_jobs._app.transitions import Transitions, error_doc
 from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}

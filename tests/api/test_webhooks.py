@@ -16,14 +16,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
-from app.api.main import create_app
-from app.api.views import status_document
-from app.clock import Clock
-from app.db.schema import webhook_deliveries
-from app.settings import Settings
+from atlas_jobs._app.api.main import create_app
+from atlas_jobs._app.api.views import status_document
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import webhook_deliveries
+from atlas_jobs._app.settings import Settings
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 from tests.webhook_receiver import Receiver
-from workers.webhook_sender import WebhookSender
+from atlas_jobs._workers.webhook_sender import WebhookSender
 
 FILES = {"manifest.json": b"{}", "bundle.zip": b"PK"}
 

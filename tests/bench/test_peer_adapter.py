@@ -56,7 +56,7 @@ async def test_each_mode_reports_one_verified_result(
     assert result["system"] == "atlas"
     assert result["mode"] == mode
     assert result["verified"] is True
-    assert result["event_loop"] == "uvloop"  # the worker process's loop (workers.eventloop)
+    assert result["event_loop"] == "uvloop"  # the worker process's loop (atlas_jobs._workers.eventloop)
     if mode == "latency":
         p50, p99 = result["p50_ms"], result["p99_ms"]
         assert isinstance(p50, float)

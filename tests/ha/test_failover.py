@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.lifecycle import TERMINAL_STATES
+from atlas_jobs._app.lifecycle import TERMINAL_STATES
 from tests.ha.formation import Formation
 from tests.support import REPO, atlas_process, free_port
 from tests.workers.dbwait import bundle_input
@@ -69,7 +69,7 @@ class Service:
 
 def _cli(args: list[str], env: dict[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "atlas_jobs._app.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1,4 +1,4 @@
-""":class:`app.db.engine.AutocommitConnections`: a checkout of the engine's pool runs each
+""":class:`atlas_jobs._app.db.engine.AutocommitConnections`: a checkout of the engine's pool runs each
 statement as its own transaction, and the connection goes back to the pool transactional,
 so the next ``engine.begin()`` on it is one transaction again."""
 
@@ -12,7 +12,7 @@ import sqlalchemy.ext.asyncio.engine as sqlalchemy_async
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.engine import AutocommitConnections, create_engine
+from atlas_jobs._app.db.engine import AutocommitConnections, create_engine
 
 XID = text("SELECT pg_current_xact_id()::text")
 

@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.queries import LEASE_FACTS
-from app.db.schema import attempts, job_history, jobs
-from app.lifecycle import JobState
-from app.transitions import Applied, Transitions
+from atlas_jobs._app.db.queries import LEASE_FACTS
+from atlas_jobs._app.db.schema import attempts, job_history, jobs
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Applied, Transitions
 from tests.factory import WORKER, JobFactory, MadeJob
 
 IDENTITY = {"id", "seq", "kind", "input", "current_attempt_id", "worker_id", "job_id"}

@@ -33,10 +33,10 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.schema import job_history
-from app.db.schema import jobs as jobs_table
-from app.lifecycle import DeliveryState, JobState
-from app.transitions import Applied, Rejected, RejectReason, Transitions
+from atlas_jobs._app.db.schema import job_history
+from atlas_jobs._app.db.schema import jobs as jobs_table
+from atlas_jobs._app.lifecycle import DeliveryState, JobState
+from atlas_jobs._app.transitions import Applied, Rejected, RejectReason, Transitions
 from tests.factory import CLIENT, WORKER, JobFactory
 
 ROUNDS = 200

@@ -11,10 +11,10 @@ import re
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import reads
-from app.db.schema import JOB_STATUS_COLUMNS, jobs
-from app.transitions import Applied, NewJob, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, jobs
+from atlas_jobs._app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
 from tests.sent_statements import sent
 

@@ -12,10 +12,10 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import job_history, jobs
-from app.ids import new_id
-from app.transitions import Actor, NewJob, Transitions
-from app.transitions.requests import _jobs_as_arrays
+from atlas_jobs._app.db.schema import job_history, jobs
+from atlas_jobs._app.ids import new_id
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.transitions.requests import _jobs_as_arrays
 
 CLIENT = Actor("client", "alice")
 PLAIN = NewJob(

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.row_rules import JOB_RULES
-from app.db.schema import job_history, jobs
-from app.transitions import Applied, NewJob, Transitions
+from atlas_jobs._app.db.row_rules import JOB_RULES
+from atlas_jobs._app.db.schema import job_history, jobs
+from atlas_jobs._app.transitions import Applied, NewJob, Transitions
 from tests.factory import CLIENT
 from tests.integration.test_batch_equivalence import _shape
 from tests.sent_statements import sent

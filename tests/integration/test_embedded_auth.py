@@ -15,8 +15,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app.db import embedded
-from app.db.engine import libpq_url
+from atlas_jobs._app.db import embedded
+from atlas_jobs._app.db.engine import libpq_url
 
 
 @pytest.fixture

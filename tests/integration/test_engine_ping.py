@@ -1,4 +1,4 @@
-"""The pre-ping of :func:`app.db.engine.create_engine`: one round trip per checkout, and
+"""The pre-ping of :func:`atlas_jobs._app.db.engine.create_engine`: one round trip per checkout, and
 a pooled connection the server dropped is replaced before anyone uses it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from app.db.engine import create_engine
+from atlas_jobs._app.db.engine import create_engine
 
 
 async def test_the_checkout_ping_is_one_round_trip(database_url: str) -> None:

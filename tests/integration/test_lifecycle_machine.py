@@ -2,7 +2,7 @@
 real database, and checks the lifecycle's invariants after every step.
 
 The machine keeps a model of each job (state, current and past attempt ids, lease,
-budget, delivery, plan) computed from ``app.lifecycle`` alone, and predicts the typed
+budget, delivery, plan) computed from ``atlas_jobs._app.lifecycle`` alone, and predicts the typed
 outcome of every call: applied (and to which state), illegal, or a stale attempt. The
 invariants are then read back from PostgreSQL:
 
@@ -48,9 +48,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import create_engine
-from app.lifecycle import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import create_engine
+from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
     DELIVERY_MOVES,
     TERMINAL_STATES,
@@ -60,7 +60,7 @@ from app.lifecycle import (
     Reason,
     budget_verdict,
 )
-from app.transitions import Actor, Applied, NewJob, Rejected, RejectReason, Transitions, error_doc
+from atlas_jobs._app.transitions import Actor, Applied, NewJob, Rejected, RejectReason, Transitions, error_doc
 from tests.support import Server
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The one LISTEN helper (``app.db.listen``) against a real PostgreSQL: it delivers
+"""The one LISTEN helper (``atlas_jobs._app.db.listen``) against a real PostgreSQL: it delivers
 payloads, survives its backend being killed, keeps retrying a target that does not
 answer yet, and both of its users (the API notifier, the worker listener) re-read after
 a reconnect.
@@ -20,16 +20,16 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-from app.api.notifier import APPLICATION_NAME as API_LISTENER
-from app.api.notifier import JobChangeNotifier
-from app.db.engine import libpq_url
-from app.db.listen import Backoff, Listener
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.api.notifier import APPLICATION_NAME as API_LISTENER
+from atlas_jobs._app.api.notifier import JobChangeNotifier
+from atlas_jobs._app.db.engine import libpq_url
+from atlas_jobs._app.db.listen import Backoff, Listener
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import CLIENT, JobFactory
 from tests.support import Server, free_port, with_database
-from workers.listener import APPLICATION_NAME as WORKER_LISTENER
-from workers.listener import WorkListener
+from atlas_jobs._workers.listener import APPLICATION_NAME as WORKER_LISTENER
+from atlas_jobs._workers.listener import WorkListener
 
 CHANNEL = "atlas_test_listen"
 APP = "atlas-test-listen"

@@ -1,4 +1,4 @@
-"""The owner's listing (:func:`app.db.reads.list_jobs`) walks ix_jobs_owner_seq --
+"""The owner's listing (:func:`atlas_jobs._app.db.reads.list_jobs`) walks ix_jobs_owner_seq --
 ascending since revision d3c4d5e6f7a8, read backwards for newest first -- and stops
 after the page, with many owners' jobs in the table; and the ascending index stays
 compact where the descending one it replaced was left half empty by its page splits."""
@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import single_statements
-from app.db.reads import JobFilter, list_jobs
-from app.db.schema import jobs
-from app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.db.engine import single_statements
+from atlas_jobs._app.db.reads import JobFilter, list_jobs
+from atlas_jobs._app.db.schema import jobs
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -17,9 +17,9 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import libpq_url
-from app.lifecycle import JobState
-from app.transitions import Transitions, error_doc
+from atlas_jobs._app.db.engine import libpq_url
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions, error_doc
 from tests.factory import CLIENT, WORKER, JobFactory
 
 Heard = list[tuple[str, str]]
@@ -76,7 +76,7 @@ async def test_one_statement_announces_its_jobs_in_one_batched_payload(
     engine: AsyncEngine, transitions: Transitions, heard: Heard
 ) -> None:
     """A claim of several jobs is one notification whose payload lists every job id."""
-    from app.transitions import NewJob
+    from atlas_jobs._app.transitions import NewJob
 
     new = NewJob(
         owner="alice",
@@ -108,7 +108,7 @@ async def test_a_creation_wakes_the_workers_once_per_kind_and_no_reader(
 ) -> None:
     """One statement creating jobs of two kinds: one ``atlas_work`` per kind, nothing on
     ``atlas_job_changed``; a later cancel (the sentinel) is announced there as ever."""
-    from app.transitions import NewJob
+    from atlas_jobs._app.transitions import NewJob
 
     def new(kind: str) -> NewJob:
         return NewJob(

@@ -15,14 +15,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.clock import Clock
-from app.db.schema import TERMINAL_SQL
-from app.kinds import handler_key
-from app.lifecycle import TERMINAL_STATES, JobState, Reason
-from app.transitions import Actor, NewJob, Transitions, error_doc
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import TERMINAL_SQL
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions, error_doc
 from tests.factory import CLIENT, WORKER, JobFactory, MadeJob
 from tests.support import REPO
-from workers.pruner import Pruner
+from atlas_jobs._workers.pruner import Pruner
 
 OPERATOR = Actor("operator", "op-1")
 BOTH = ("alice", "bob")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.objectstore import S3Store
-from app.storage import FilesystemStore, PublishedEntry, ResultStore, StorageError
+from atlas_jobs._app.objectstore import S3Store
+from atlas_jobs._app.storage import FilesystemStore, PublishedEntry, ResultStore, StorageError
 from tests.objectstore import ObjectServer
 
 

@@ -1,4 +1,4 @@
-"""The rules of ``jobs`` as one CHECK, a call of ``atlas_jobs_fits`` (app.db.row_rules,
+"""The rules of ``jobs`` as one CHECK, a call of ``atlas_jobs_fits`` (atlas_jobs._app.db.row_rules,
 revision a3b4c5d6e7f8): a refused row still says which rule it broke, the way PostgreSQL
 says it of a CHECK -- as the inline CHECKs of ``job_history`` and ``attempts`` still do,
 on every write tried here.
@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.lifecycle import JobState
+from atlas_jobs._app.lifecycle import JobState
 from tests.factory import JobFactory
 
 SECRET = "tiramisu-recipe"
@@ -53,7 +53,7 @@ async def test_a_refusal_names_the_rule_and_not_the_row(
 
 
 async def test_the_first_broken_rule_is_named(engine: AsyncEngine, jobs: JobFactory) -> None:
-    """A row breaking several rules names the first in app.db.row_rules' order: the
+    """A row breaking several rules names the first in atlas_jobs._app.db.row_rules' order: the
     vocabulary, then the former constraints' alphabetical order (the order PostgreSQL
     checks a table's CHECKs in)."""
     made = await jobs.make(JobState.QUEUED)

@@ -14,14 +14,14 @@ import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import schedules
-from app.db.engine import create_engine
-from app.db.schema import job_history, jobs, schedule_fires
-from app.db.schema import schedules as schedules_table
-from app.scheduling import MisfirePolicy, OverlapPolicy, parse
-from app.transitions import Actor, Transitions
-from workers.scheduler import Scheduler
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import schedules
+from atlas_jobs._app.db.engine import create_engine
+from atlas_jobs._app.db.schema import job_history, jobs, schedule_fires
+from atlas_jobs._app.db.schema import schedules as schedules_table
+from atlas_jobs._app.scheduling import MisfirePolicy, OverlapPolicy, parse
+from atlas_jobs._app.transitions import Actor, Transitions
+from atlas_jobs._workers.scheduler import Scheduler
 
 NOOP_INPUT: dict[str, Any] = {}
 

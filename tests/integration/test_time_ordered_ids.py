@@ -12,8 +12,8 @@ import uuid
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import attempts, job_history
-from app.lifecycle import JobState
+from atlas_jobs._app.db.schema import attempts, job_history
+from atlas_jobs._app.lifecycle import JobState
 from tests.factory import JobFactory
 
 NOW_MS = "CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS bigint)"

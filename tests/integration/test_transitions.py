@@ -15,10 +15,10 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.clock import Clock
-from app.db.schema import attempts, job_history, job_stages
-from app.lifecycle import TERMINAL_STATES, DeliveryState, JobState, Reason
-from app.transitions import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import attempts, job_history, job_stages
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, DeliveryState, JobState, Reason
+from atlas_jobs._app.transitions import (
     Actor,
     Applied,
     MoveResult,

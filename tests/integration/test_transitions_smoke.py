@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.lifecycle import JobState
+from atlas_jobs._app.lifecycle import JobState
 from tests.factory import JobFactory
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from app.db.engine import libpq_url
+from atlas_jobs._app.db.engine import libpq_url
 from tests.support import Server, alembic
 
 PREVIOUS = "d0e1f2a3b4c5"

@@ -13,8 +13,8 @@ import uuid
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import libpq_url
-from app.transitions import Actor, Transitions
+from atlas_jobs._app.db.engine import libpq_url
+from atlas_jobs._app.transitions import Actor, Transitions
 from tests.support import alembic
 from tests.workers.dbwait import new_job
 

@@ -1,11 +1,11 @@
 """The Python vocabularies equal the values the migrated database allows.
 
 The database is asked, not our source: the function the CHECK constraint of ``jobs``
-calls (app.db.row_rules) is called by PostgreSQL with every Python value plus values
+calls (atlas_jobs._app.db.row_rules) is called by PostgreSQL with every Python value plus values
 that must be refused (a bogus word, and words from the other vocabularies, which must
 never mix), and the rule a refusal names is read back; the other CHECKs' definitions
 are read back with ``pg_get_constraintdef`` and evaluated on the same words. A state
-added in ``app.lifecycle`` without a migration, or a migration that drifts from it,
+added in ``atlas_jobs._app.lifecycle`` without a migration, or a migration that drifts from it,
 fails here.
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.lifecycle import STATE_REASONS, AttemptOutcome, DeliveryState, JobState, Reason
+from atlas_jobs._app.lifecycle import STATE_REASONS, AttemptOutcome, DeliveryState, JobState, Reason
 
 BOGUS = ("bogus", "", "QUEUED", "done", "pending", "completed")
 EVERY_WORD = sorted(

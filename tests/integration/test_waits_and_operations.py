@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import reads
-from app.db.schema import job_history, job_signals
-from app.lifecycle import DECISION_TOO_LATE, JobState, Reason, TransitionName
-from app.transitions import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.schema import job_history, job_signals
+from atlas_jobs._app.lifecycle import DECISION_TOO_LATE, JobState, Reason, TransitionName
+from atlas_jobs._app.transitions import (
     Actor,
     Applied,
     OperationEntry,

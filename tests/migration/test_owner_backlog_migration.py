@@ -8,11 +8,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import create_engine
-from app.db.schema import TERMINAL_SQL
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import create_engine
+from atlas_jobs._app.db.schema import TERMINAL_SQL
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import JobFactory
 from tests.support import Server, alembic, alembic_config
 

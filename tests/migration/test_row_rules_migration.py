@@ -10,10 +10,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import create_engine
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import create_engine
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import JobFactory
 from tests.support import Server, alembic
 

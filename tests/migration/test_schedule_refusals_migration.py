@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from app.db.engine import create_engine
+from atlas_jobs._app.db.engine import create_engine
 from tests.support import Server, alembic
 
 REVISION = "fb1ecd289857"

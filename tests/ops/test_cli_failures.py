@@ -18,7 +18,7 @@ from tests.support import REPO, free_port
 
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "atlas_jobs._app.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

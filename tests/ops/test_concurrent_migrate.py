@@ -1,5 +1,5 @@
 """Two ``atlas-jobs migrate`` runs against one database at once -- two replicas each
-migrating on deploy -- take turns (``app.db.migrations.MIGRATION_LOCK_TRY``): both wait
+migrating on deploy -- take turns (``atlas_jobs._app.db.migrations.MIGRATION_LOCK_TRY``): both wait
 while another migration holds the lock, then one migrates and the other finds the schema
 at head. Without the lock they would race over the same DDL; blocked inside
 ``pg_advisory_lock`` instead of trying, the waiting run would deadlock with the running
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import asyncpg
 
-from app.db import migrations
-from app.db.engine import libpq_url
+from atlas_jobs._app.db import migrations
+from atlas_jobs._app.db.engine import libpq_url
 from tests.support import REPO
 
 
 def migrate(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
     with log.open("w") as stderr:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "migrate"],
+            [sys.executable, "-m", "atlas_jobs._app.cli", "migrate"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

@@ -8,13 +8,13 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.lifecycle import JobState
-from app.objectstore import S3Store
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.objectstore import S3Store
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import JobFactory
 from tests.objectstore import ObjectServer
-from workers.sweeper import Sweeper
+from atlas_jobs._workers.sweeper import Sweeper
 
 
 def _publish(store: S3Store, owner: str, job_id: uuid.UUID) -> None:

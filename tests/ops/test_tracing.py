@@ -234,8 +234,8 @@ async def test_a_jobs_attempt_continues_the_trace_of_the_request_that_created_it
 
 def test_tracing_is_off_by_default_and_imports_nothing_of_the_sdk() -> None:
     probe = (
-        "import sys, app.api.main, workers.pool, app.tracing as t; "
-        "from app.settings import Settings; "
+        "import sys, atlas_jobs._app.api.main, atlas_jobs._workers.pool, atlas_jobs._app.tracing as t; "
+        "from atlas_jobs._app.settings import Settings; "
         "assert not t.configure(Settings(), 'probe'); "
         "assert t.current_traceparent() is None; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"

@@ -60,7 +60,7 @@ def test_the_wheel_installs_migrates_and_is_ready(empty_database: str, tmp_path:
         [
             venv / "bin" / "python",
             "-c",
-            "import app.db.migrations as m; print(m.script_location())",
+            "import atlas_jobs._app.db.migrations as m; print(m.script_location())",
         ],
         cwd=outside,
         env=env,

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.transitions import Transitions
+from atlas_jobs._app.transitions import Transitions
 from tests.api.support import make_keys
 from tests.ops.metrics_text import total, value
 from tests.support import atlas_process, free_port

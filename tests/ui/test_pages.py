@@ -14,10 +14,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import list_keys, revoke_key
-from app.db import reads
-from app.presentation import Observation, present
-from app.ui.session import COOKIE_NAME
+from atlas_jobs._app.apikeys import list_keys, revoke_key
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.presentation import Observation, present
+from atlas_jobs._app.ui.session import COOKIE_NAME
 from tests.api.support import BUNDLE_INPUT, Driver, Keys, commit_before
 from tests.ui.conftest import BASE, SAME_ORIGIN, log_in
 

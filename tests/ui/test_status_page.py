@@ -27,8 +27,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.apikeys import Role, create_key
-from app.presentation import Observation, present
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.presentation import Observation, present
 from tests.acceptance.conftest import SEED_SETTINGS
 from tests.support import REPO, atlas_process, free_port
 from tests.ui.browser import LAUNCH_ARGS, ensure_chromium

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from app.api.errors import database_unavailable, install_error_handlers
+from atlas_jobs._app.api.errors import database_unavailable, install_error_handlers
 
 
 def _wrapped(error: BaseException) -> DBAPIError:

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import make_url
 
-from app.cli.preflight import where
-from app.db.engine import DatabaseUrlError, database_hosts, libpq_url, normalize_url
+from atlas_jobs._app.cli.preflight import where
+from atlas_jobs._app.db.engine import DatabaseUrlError, database_hosts, libpq_url, normalize_url
 
 FAILOVER = (
     "postgres://atlas:p%40ss%2Cword@10.0.0.1:5432,10.0.0.2:6432/atlas"

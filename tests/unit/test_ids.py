@@ -1,4 +1,4 @@
-"""Job ids are UUIDv7 (``app.ids.new_id``): version 7, the RFC 9562 variant, and the
+"""Job ids are UUIDv7 (``atlas_jobs._app.ids.new_id``): version 7, the RFC 9562 variant, and the
 Unix time in milliseconds in the first 48 bits, so ids made later sort later."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from app.ids import new_id
+from atlas_jobs._app.ids import new_id
 
 
 def _millis(value: uuid.UUID) -> int:

@@ -35,7 +35,7 @@ def test_routers_never_write_jobs_nor_lock_rows() -> None:
 
 
 def test_routers_hold_no_sql() -> None:
-    """Reads live in app.db.reads, writes in app.transitions: no SQL in a router."""
+    """Reads live in atlas_jobs._app.db.reads, writes in atlas_jobs._app.transitions: no SQL in a router."""
     offenders = [
         path.name
         for path in route_modules()
@@ -57,8 +57,8 @@ def test_the_checks_above_can_fail(tmp_path: Path) -> None:
 
 
 def test_only_the_executor_and_its_named_sql_write_job_rows() -> None:
-    """``UPDATE jobs`` / ``INSERT INTO jobs`` appear only in app.db.moves (every
-    transition) and app.db.queries (creation and claiming)."""
+    """``UPDATE jobs`` / ``INSERT INTO jobs`` appear only in atlas_jobs._app.db.moves (every
+    transition) and atlas_jobs._app.db.queries (creation and claiming)."""
     homes = {ROOT / "app" / "db" / "moves.py", ROOT / "app" / "db" / "queries.py"}
     offenders = [
         str(path.relative_to(ROOT))

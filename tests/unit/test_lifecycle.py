@@ -1,6 +1,6 @@
 """The lifecycle tables agree with themselves and with SPEC section 1.
 
-``app.lifecycle`` is the one place that decides which moves are legal, so its tables
+``atlas_jobs._app.lifecycle`` is the one place that decides which moves are legal, so its tables
 must be closed: every named transition moves along an edge of the SPEC table, every
 edge is reachable through some named transition, and terminal states stay terminal.
 """
@@ -12,7 +12,7 @@ from collections import deque
 
 import pytest
 
-from app.lifecycle import (
+from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
     DEFAULT_REASONS,
     DELIVERY_DOCS,
@@ -204,8 +204,8 @@ def test_every_transition_says_who_makes_it() -> None:
 def test_a_move_by_an_actor_it_does_not_name_is_refused_before_any_sql() -> None:
     import asyncio
 
-    from app.clock import Clock
-    from app.db.moves import Actor, Executor, Step
+    from atlas_jobs._app.clock import Clock
+    from atlas_jobs._app.db.moves import Actor, Executor, Step
 
     executor = Executor(Clock(), 30)
     with pytest.raises(PermissionError):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.lifecycle import JobState
-from app.lifecycle_doc import render, rows
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.lifecycle_doc import render, rows
 from tests.support import REPO
 
 

@@ -1,8 +1,8 @@
-"""The reconnect pause of ``app.db.listen``: doubling, capped, jittered within bounds."""
+"""The reconnect pause of ``atlas_jobs._app.db.listen``: doubling, capped, jittered within bounds."""
 
 from __future__ import annotations
 
-from app.db.listen import Backoff
+from atlas_jobs._app.db.listen import Backoff
 
 
 def test_the_bound_doubles_from_the_initial_pause_up_to_the_cap() -> None:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from app.logs import configure_logging, get_logger
-from app.settings import Settings
+from atlas_jobs._app.logs import configure_logging, get_logger
+from atlas_jobs._app.settings import Settings
 
 
 class Calls(io.StringIO):

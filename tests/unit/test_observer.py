@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.client import Observer
-from app.presentation import Observation
+from atlas_jobs._app.client import Observer
+from atlas_jobs._app.presentation import Observation
 
 
 class FakeClock:

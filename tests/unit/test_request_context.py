@@ -10,9 +10,9 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from app.api.errors import LOG_CONTEXT_KEY
-from app.api.metrics import ApiMetrics
-from app.api.middleware import REQUEST_ID, RequestContextMiddleware
+from atlas_jobs._app.api.errors import LOG_CONTEXT_KEY
+from atlas_jobs._app.api.metrics import ApiMetrics
+from atlas_jobs._app.api.middleware import REQUEST_ID, RequestContextMiddleware
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""The tick rules of :mod:`app.scheduling`: validation, DST, misfire policies."""
+"""The tick rules of :mod:`atlas_jobs._app.scheduling`: validation, DST, misfire policies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.scheduling import InvalidScheduleError, MisfirePolicy, due_ticks, parse
+from atlas_jobs._app.scheduling import InvalidScheduleError, MisfirePolicy, due_ticks, parse
 
 
 def utc(*args: int) -> datetime:

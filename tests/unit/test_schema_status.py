@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.db.migrations import SchemaState, SchemaStatus
+from atlas_jobs._app.db.migrations import SchemaState, SchemaStatus
 
 
 def test_each_schema_state_has_its_own_line() -> None:

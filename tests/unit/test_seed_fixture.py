@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.client import Observer
-from app.presentation import Observation, present
+from atlas_jobs._app.client import Observer
+from atlas_jobs._app.presentation import Observation, present
 
 CASE: dict[str, Any] = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "B62-14-case.json").read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import FilesystemStore
+from atlas_jobs._app.storage import FilesystemStore
 
 
 @pytest.fixture

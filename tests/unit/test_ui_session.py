@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from app.apikeys import generate_key, hash_key, key_fingerprint
-from app.ui.session import SessionCodec, new_session
+from atlas_jobs._app.apikeys import generate_key, hash_key, key_fingerprint
+from atlas_jobs._app.ui.session import SessionCodec, new_session
 
 
 def test_a_session_round_trips_and_carries_no_key() -> None:

@@ -1,4 +1,4 @@
-"""The rules of :mod:`app.webhooks`: which URLs may be called, signatures, backoff."""
+"""The rules of :mod:`atlas_jobs._app.webhooks`: which URLs may be called, signatures, backoff."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from app.webhooks import UnsafeUrlError, backoff_seconds, check_url, new_secret, sign
+from atlas_jobs._app.webhooks import UnsafeUrlError, backoff_seconds, check_url, new_secret, sign
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.transitions import Actor, NewJob
+from atlas_jobs._app.transitions import Actor, NewJob
 
 PRODUCER = Actor("client", "acme")
 NOOP = NewJob(

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.settings import Settings
-from app.storage import FilesystemStore
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.inprocess import Harness
 from tests.workers.procs import Fleet, WorkerSettings
 

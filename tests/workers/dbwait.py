@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import attempts, job_history, job_stages, jobs
-from app.kinds import KINDS
-from app.lifecycle import TERMINAL_STATES, JobState, Reason
-from app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.db.schema import attempts, job_history, job_stages, jobs
+from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 
 CLIENT = Actor("client", "tester")
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""Real worker processes for tests: spawn ``python -m app.cli worker``, signal, reap.
+"""Real worker processes for tests: spawn ``python -m atlas_jobs._app.cli worker``, signal, reap.
 
 Every process a test starts is registered with a :class:`Fleet`, whose ``close()``
 kills whatever is still alive (SIGCONT first, in case it was stopped), so a failing
@@ -121,7 +121,7 @@ class Fleet:
                 [
                     sys.executable,
                     "-m",
-                    "app.cli",
+                    "atlas_jobs._app.cli",
                     "worker",
                     "--concurrency",
                     str(concurrency),

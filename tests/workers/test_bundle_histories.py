@@ -13,9 +13,9 @@ import zipfile
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.lifecycle import DeliveryState, JobState
-from app.storage import FilesystemStore
-from app.transitions import Actor, Applied, Rejected, Transitions
+from atlas_jobs._app.lifecycle import DeliveryState, JobState
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Actor, Applied, Rejected, Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import (
     attempt_rows,
@@ -63,7 +63,7 @@ async def test_coast_succeeds_with_plan_expansion_and_a_published_bundle(
     async with engine.connect() as conn:
         from sqlalchemy import select
 
-        from app.db.schema import job_checkpoints
+        from atlas_jobs._app.db.schema import job_checkpoints
 
         built_before = (
             await conn.execute(
@@ -160,7 +160,7 @@ async def test_squall_retries_twice_then_succeeds_with_its_attempts_visible(
     async with engine.connect() as conn:
         from sqlalchemy import select
 
-        from app.db.schema import job_checkpoints
+        from atlas_jobs._app.db.schema import job_checkpoints
 
         by_attempt = {
             r.unit_name: r.attempt_id

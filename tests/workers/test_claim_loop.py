@@ -1,4 +1,4 @@
-""":class:`~workers.pool.WorkerPool` in process: the claim loop, drain and heartbeat with
+""":class:`~atlas_jobs._workers.pool.WorkerPool` in process: the claim loop, drain and heartbeat with
 a fake handler registry and the test clock. ``run(stop)`` runs as a task on the test's
 event loop; the pool owns (and disposes) its engine.
 
@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from app.clock import Clock
-from app.settings import Settings
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
 from tests.sent_statements import CLAIM_PREFIX, record_claims, record_round_trips
 from tests.workers.inprocess import (
     KEY,
@@ -25,9 +25,9 @@ from tests.workers.inprocess import (
     listening_workers,
     until,
 )
-from workers.context import JobContext
-from workers.handlers.base import NO_FILES, Handler, PublishPlan
-from workers.pool import WorkerPool
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers.base import NO_FILES, Handler, PublishPlan
+from atlas_jobs._workers.pool import WorkerPool
 
 N = 7
 CONCURRENCY = 2

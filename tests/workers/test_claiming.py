@@ -12,17 +12,17 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import WORKER_SESSION_SETTINGS, create_engine
-from app.db.queries import CLAIM
-from app.db.schema import attempts, job_history, jobs
-from app.kinds import handler_key
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine
+from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.db.schema import attempts, job_history, jobs
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.bulk import BULK_QUEUED
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually, wait_all_terminal
 from tests.workers.inprocess import listening_workers
-from workers.context import ClaimedJob
+from atlas_jobs._workers.context import ClaimedJob
 
 
 def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-""":class:`~workers.completer.Completer` in process: file-less publications that finish
+""":class:`~atlas_jobs._workers.completer.Completer` in process: file-less publications that finish
 together are committed together, in ONE statement, each job answered with its own
 outcome."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from app.lifecycle import AttemptOutcome
+from atlas_jobs._app.lifecycle import AttemptOutcome
 from tests.sent_statements import statements
 from tests.workers.inprocess import KEY, WORKER_ID, Harness, bounded, not_run, running
-from workers.completer import Completer
-from workers.context import JobContext
-from workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._workers.completer import Completer
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
 
 N = 8
 

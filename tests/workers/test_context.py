@@ -1,4 +1,4 @@
-""":class:`~workers.context.JobContext` in process: checkpoints across attempts, plan
+""":class:`~atlas_jobs._workers.context.JobContext` in process: checkpoints across attempts, plan
 expansion, and the fence that keeps a lost attempt from writing anything."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.lifecycle import AttemptOutcome, DeliveryState
+from atlas_jobs._app.lifecycle import AttemptOutcome, DeliveryState
 from tests.workers.inprocess import KEY, LEASE, Harness, bounded, not_run, running
-from workers.context import JobContext
-from workers.errors import LeaseLost, RecoverableError
-from workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import LeaseLost, RecoverableError
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
 
 UNITS = ("t1", "t2", "t3")
 

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import attempts, job_history, jobs
-from app.lifecycle import JobState
-from app.storage import FilesystemStore
-from app.transitions import Transitions
+from atlas_jobs._app.db.schema import attempts, job_history, jobs
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import (
     attempt_rows,

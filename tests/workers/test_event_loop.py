@@ -10,11 +10,11 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.dbwait import attempt_rows, create_job, eventually, wait_for_state
 from tests.workers.procs import fleet
-from workers import eventloop
+from atlas_jobs._workers import eventloop
 
 
 def test_run_drives_the_coroutine_on_uvloop() -> None:

@@ -21,11 +21,11 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.engine import WORKER_SESSION_SETTINGS, create_engine, libpq_url, single_statements
-from app.db.queries import CLAIM, EXPIRED_LEASES, EXPIRED_RESULTS, EXPIRED_WAITS, PRUNE_FINISHED
-from app.kinds import handler_key
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine, libpq_url, single_statements
+from atlas_jobs._app.db.queries import CLAIM, EXPIRED_LEASES, EXPIRED_RESULTS, EXPIRED_WAITS, PRUNE_FINISHED
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.bulk import BULK_FINISHED, BULK_QUEUED
 
 PLANS = text("""

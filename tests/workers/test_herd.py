@@ -1,9 +1,9 @@
 """Wake-ups without a thundering herd: every idle worker process LISTENs on
 ``atlas_work``, so every notification wakes them all; the claim cooldown
-(``ATLAS_CLAIM_COOLDOWN_SECONDS``, :class:`workers.wakeup.ClaimCooldown`) keeps the
+(``ATLAS_CLAIM_COOLDOWN_SECONDS``, :class:`atlas_jobs._workers.wakeup.ClaimCooldown`) keeps the
 processes that lost the race from claiming once per job.
 
-Real PostgreSQL, real :class:`~workers.pool.WorkerPool` objects (each with its own
+Real PostgreSQL, real :class:`~atlas_jobs._workers.pool.WorkerPool` objects (each with its own
 engine and LISTEN connection) on the test's event loop; claims are counted as the
 statements the pools send, never timed.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from app.settings import Settings
-from app.transitions import NewJob
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import NewJob
 from tests.sent_statements import record_claims
 from tests.workers.inprocess import (
     CLIENT,
@@ -25,9 +25,9 @@ from tests.workers.inprocess import (
     listening_workers,
     until,
 )
-from workers.context import JobContext
-from workers.handlers.base import NO_FILES, PublishPlan
-from workers.pool import WorkerPool
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._workers.pool import WorkerPool
 
 PROCESSES = 4
 JOBS = 12

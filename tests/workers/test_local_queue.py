@@ -13,15 +13,15 @@ import math
 import uuid
 from collections.abc import Iterable
 
-from app.clock import Clock
-from app.settings import Settings
-from app.transitions import Actor
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import Actor
 from tests.sent_statements import CLAIM_PREFIX, record_claims, statements
 from tests.workers.inprocess import KEY, LEASE, Harness, bounded, until
-from workers.context import JobContext
-from workers.handlers.base import NO_FILES, Handler, PublishPlan
-from workers.pool import WorkerPool
-from workers.reaper import Reaper
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.handlers.base import NO_FILES, Handler, PublishPlan
+from atlas_jobs._workers.pool import WorkerPool
+from atlas_jobs._workers.reaper import Reaper
 
 OWNER = Actor("client", "tester")
 

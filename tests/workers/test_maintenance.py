@@ -9,15 +9,15 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.schema import attempts, job_history
-from app.lifecycle import DeliveryState, JobState, Reason
-from app.storage import FilesystemStore
-from app.transitions import Actor, Applied, Rejected, RejectReason, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.schema import attempts, job_history
+from atlas_jobs._app.lifecycle import DeliveryState, JobState, Reason
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Actor, Applied, Rejected, RejectReason, Transitions
 from tests.factory import JobFactory
 from tests.workers.dbwait import history
-from workers.reaper import Reaper
-from workers.sweeper import Sweeper
+from atlas_jobs._workers.reaper import Reaper
+from atlas_jobs._workers.sweeper import Sweeper
 
 WORKER = Actor("worker", "w-test")
 

@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.clock import Clock
-from app.db.engine import WORKER_SESSION_SETTINGS, create_engine, single_statements
-from app.kinds import handler_key
-from app.transitions import Actor, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine, single_statements
+from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.transitions import Actor, Transitions
 from tests.workers.inprocess import Harness
 
 PREPARED = text("""

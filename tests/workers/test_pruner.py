@@ -1,4 +1,4 @@
-"""The pruner (:mod:`workers.pruner`): which finished jobs go, in bounded batches, and
+"""The pruner (:mod:`atlas_jobs._workers.pruner`): which finished jobs go, in bounded batches, and
 that it runs beside working pools without deadlocks. Time moves with the test clock."""
 
 from __future__ import annotations
@@ -11,22 +11,22 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db.queries import PRUNE_FINISHED
-from app.db.schema import attempts, idempotency_keys, job_history, jobs
-from app.lifecycle import JobState
-from app.settings import Settings
-from app.storage import FilesystemStore
-from app.transitions import Actor, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.queries import PRUNE_FINISHED
+from atlas_jobs._app.db.schema import attempts, idempotency_keys, job_history, jobs
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Actor, Transitions
 from tests.factory import JobFactory
 from tests.workers.bulk import BULK_FINISHED, BULK_QUEUED
 from tests.workers.inprocess import KEY, Harness, bounded, until
-from workers.context import JobContext
-from workers.errors import PermanentError
-from workers.handlers.base import NO_FILES, PublishPlan
-from workers.pool import WorkerPool
-from workers.pruner import Pruner
-from workers.sweeper import Sweeper
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import PermanentError
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._workers.pool import WorkerPool
+from atlas_jobs._workers.pruner import Pruner
+from atlas_jobs._workers.sweeper import Sweeper
 
 KEEP = 100.0  # seconds a finished job is kept in these tests
 OPERATOR = Actor("operator", "op-1")

@@ -22,8 +22,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from chaos.proxy import TcpProxy
 from tests.workers.dbwait import attempt_rows, create_bundle, history, wait_for_state
 from tests.workers.procs import Fleet, WorkerSettings

@@ -1,4 +1,4 @@
-"""The reindexer (:mod:`workers.reindexer`): an index of ``jobs`` that outgrew the
+"""The reindexer (:mod:`atlas_jobs._workers.reindexer`): an index of ``jobs`` that outgrew the
 table's rows is rebuilt concurrently, and nothing else is; one process at a time; an
 interrupted rebuild's leftover is dropped. Sizes are small: the bounds are passed in."""
 
@@ -8,14 +8,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import single_statements
-from app.settings import Settings
-from app.storage import FilesystemStore
-from app.transitions import Transitions
+from atlas_jobs._app.db.engine import single_statements
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.bulk import NOOP, PRODUCER
-from workers.pool import WorkerPool
-from workers.reindexer import Reindexer
-from workers.sweeper import Sweeper
+from atlas_jobs._workers.pool import WorkerPool
+from atlas_jobs._workers.reindexer import Reindexer
+from atlas_jobs._workers.sweeper import Sweeper
 
 BACKLOG = 20_000
 KEPT = 100

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from app.lifecycle import Reason, budget_verdict
-from workers.errors import PermanentError, RecoverableError
-from workers.retry import backoff_seconds, kind_backoff
+from atlas_jobs._app.lifecycle import Reason, budget_verdict
+from atlas_jobs._workers.errors import PermanentError, RecoverableError
+from atlas_jobs._workers.retry import backoff_seconds, kind_backoff
 
 
 @pytest.mark.parametrize(("attempt", "ceiling"), [(1, 0.5), (2, 1.0), (3, 2.0), (10, 30.0)])

@@ -1,4 +1,4 @@
-""":class:`~workers.runner.JobRunner` in process: one claimed attempt run to its end by a
+""":class:`~atlas_jobs._workers.runner.JobRunner` in process: one claimed attempt run to its end by a
 fake handler, and the ending read back from the rows (job, attempt, history, files).
 
 The process tests (``test_crashes``, ``test_shutdown``) keep what only a real process
@@ -14,16 +14,16 @@ from datetime import timedelta
 
 import pytest
 
-from app.lifecycle import AttemptOutcome, DeliveryState
-from app.transitions import Applied, NewJob
+from atlas_jobs._app.lifecycle import AttemptOutcome, DeliveryState
+from atlas_jobs._app.transitions import Applied, NewJob
 from tests.factory import CLIENT
 from tests.workers.inprocess import KEY, Harness, bounded, running
-from workers.completer import Completer
-from workers.context import JobContext
-from workers.errors import PermanentError, RecoverableError
-from workers.handlers import registry
-from workers.handlers.base import NO_FILES, PublishPlan
-from workers.heartbeat import Heartbeat
+from atlas_jobs._workers.completer import Completer
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import PermanentError, RecoverableError
+from atlas_jobs._workers.handlers import registry
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._workers.heartbeat import Heartbeat
 
 
 async def test_success_publishes_the_staged_files_and_ends_the_attempt(harness: Harness) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.db import schedules
-from app.db.schema import job_history, schedule_fires
-from app.scheduling import MisfirePolicy, parse
-from app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import schedules
+from atlas_jobs._app.db.schema import job_history, schedule_fires
+from atlas_jobs._app.scheduling import MisfirePolicy, parse
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.schema import job_checkpoints
-from app.lifecycle import JobState
-from app.transitions import Transitions
+from atlas_jobs._app.db.schema import job_checkpoints
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import (
     attempt_rows,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.clock import Clock
-from app.lifecycle import JobState
-from app.storage import FilesystemStore
-from app.transitions import Transitions
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Transitions
 from tests.factory import JobFactory
-from workers.sweeper import Sweeper
+from atlas_jobs._workers.sweeper import Sweeper
 
 
 def _publish(store: FilesystemStore, owner: str, job_id: uuid.UUID) -> None:

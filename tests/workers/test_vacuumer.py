@@ -1,4 +1,4 @@
-"""The vacuumer (:mod:`workers.vacuumer`): a hot table past its bound of dead row versions
+"""The vacuumer (:mod:`atlas_jobs._workers.vacuumer`): a hot table past its bound of dead row versions
 is vacuumed at once, and nothing else is; one process at a time; the pool takes the
 bound from its settings, and 0 turns it off. Sizes are small: the bound is passed in."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import single_statements
-from app.settings import Settings
-from app.storage import FilesystemStore
-from app.transitions import Transitions
+from atlas_jobs._app.db.engine import single_statements
+from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.storage import FilesystemStore
+from atlas_jobs._app.transitions import Transitions
 from tests.workers.bulk import NOOP, PRODUCER
 from tests.workers.dbwait import eventually
-from workers.pool import WorkerPool
-from workers.sweeper import Sweeper
-from workers.vacuumer import Vacuumer
+from atlas_jobs._workers.pool import WorkerPool
+from atlas_jobs._workers.sweeper import Sweeper
+from atlas_jobs._workers.vacuumer import Vacuumer
 
 CHURNED = 400
 STATS = text("""

@@ -1,4 +1,4 @@
-"""The claim loop's flags (:mod:`workers.wakeup`): one waiter future, no task per wait.
+"""The claim loop's flags (:mod:`atlas_jobs._workers.wakeup`): one waiter future, no task per wait.
 
 The pool-level behaviour (a notification wakes an idle pool with no poll, one sent
 during a claim is kept) is in ``test_claim_loop``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.workers.inprocess import bounded
-from workers.wakeup import ClaimCooldown, Flag, wait_any
+from atlas_jobs._workers.wakeup import ClaimCooldown, Flag, wait_any
 
 
 async def test_a_flag_set_while_waiting_wakes_the_waiter_without_a_task() -> None:

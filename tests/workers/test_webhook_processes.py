@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
-from app.db import webhooks as store
-from app.db.schema import webhook_deliveries
-from app.transitions import Actor, NewJob, Transitions
-from app.webhooks import new_secret
+from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.db.schema import webhook_deliveries
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
+from atlas_jobs._app.webhooks import new_secret
 from tests.webhook_receiver import Receiver
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually, wait_all_terminal

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from app.kinds import KINDS, handler_key
-from workers.handlers import bundle, document, noop
-from workers.handlers.base import NO_FILES, Handler, PublishPlan
+from atlas_jobs._app.kinds import KINDS, handler_key
+from atlas_jobs._workers.handlers import bundle, document, noop
+from atlas_jobs._workers.handlers.base import NO_FILES, Handler, PublishPlan
 
 HANDLERS: Mapping[str, Handler] = MappingProxyType(
     {

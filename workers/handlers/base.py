@@ -1,4 +1,4 @@
-"""The handler interface: an async function of a :class:`~workers.context.JobContext`
+"""The handler interface: an async function of a :class:`~atlas_jobs._workers.context.JobContext`
 that does the work and says how to publish it. The engine does the publication."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workers.context import JobContext
+from atlas_jobs._workers.context import JobContext
 
 
 @dataclass(frozen=True, slots=True)

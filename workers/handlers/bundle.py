@@ -1,6 +1,6 @@
 """``atlas.bundle`` v1 (SPEC section 4): validate -> build tiles -> package -> publish.
 
-Behaviour comes from the preset data in :mod:`app.kinds.bundle`; unit costs are scaled
+Behaviour comes from the preset data in :mod:`atlas_jobs._app.kinds.bundle`; unit costs are scaled
 by ``ATLAS_BUNDLE_TIME_SCALE``. Every unit is checkpointed, so a retried attempt skips
 what an earlier attempt finished (when its staged file still exists). Every output is a
 pure function of the job (id, input), so a unit run twice writes identical bytes.
@@ -14,7 +14,7 @@ import zipfile
 
 from pydantic import ValidationError
 
-from app.kinds.bundle import (
+from atlas_jobs._app.kinds.bundle import (
     DISCOVER_AFTER_TILES,
     PACKAGE_ACTIONS,
     PRESETS,
@@ -23,10 +23,10 @@ from app.kinds.bundle import (
     PresetSpec,
     tile_plan,
 )
-from app.lifecycle import DeliveryState
-from workers.context import JobContext
-from workers.errors import PermanentError, RecoverableError
-from workers.handlers.base import PublishPlan
+from atlas_jobs._app.lifecycle import DeliveryState
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import PermanentError, RecoverableError
+from atlas_jobs._workers.handlers.base import PublishPlan
 
 MANIFEST, ARCHIVE = PACKAGE_ACTIONS
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)

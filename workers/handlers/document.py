@@ -5,7 +5,7 @@
 * **review** -- until a reviewer approves, the job waits (``waiting``, reason
   ``review``) with its deadline and rule; a rejection or a passed deadline ends it
   outside this handler (``reject``, ``deadline_fail``/``deadline_escalate``);
-* **publish** -- one external operation (``workers.external``): stable operation id,
+* **publish** -- one external operation (``atlas_jobs._workers.external``): stable operation id,
   reconciled before any repeat; an asynchronous destination answers 202 and the job
   waits for the signal that confirms it, then adopts the confirmed publication.
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from app.kinds.document import EXTRACT_SECONDS_PER_SECTION, DocumentInput
-from workers.context import JobContext
-from workers.errors import PermanentError
-from workers.external import Operation
-from workers.handlers.base import PublishPlan
+from atlas_jobs._app.kinds.document import EXTRACT_SECONDS_PER_SECTION, DocumentInput
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import PermanentError
+from atlas_jobs._workers.external import Operation
+from atlas_jobs._workers.handlers.base import PublishPlan
 
 PUBLICATIONS_PATH = "/publications"
 REVIEW_UNIT = "decision"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from app.kinds.noop import NoopInput
-from workers.context import JobContext
-from workers.errors import PermanentError
-from workers.handlers.base import NO_FILES, PublishPlan
+from atlas_jobs._app.kinds.noop import NoopInput
+from atlas_jobs._workers.context import JobContext
+from atlas_jobs._workers.errors import PermanentError
+from atlas_jobs._workers.handlers.base import NO_FILES, PublishPlan
 
 
 async def run(ctx: JobContext) -> PublishPlan:

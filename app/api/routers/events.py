@@ -5,7 +5,7 @@ client that reconnects with ``Last-Event-ID`` resumes exactly after what it saw.
 version change with no new history row (progress, heartbeat-free bookkeeping) is an
 event ``progress`` carrying the status body, without an id. The stream ends once the
 job is terminal and its delivery settled. Every stream follows the job's shared feed
-(:mod:`app.api.feeds`: one read per change for all of its readers); a client resuming
+(:mod:`atlas_jobs._app.api.feeds`: one read per change for all of its readers); a client resuming
 from before the history the feed holds reads that backlog itself, a page at a time.
 
 The framing, the keep-alive comment every ``KEEPALIVE_SECONDS`` (so proxies do not close
@@ -23,12 +23,12 @@ from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
-from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
-from app.api.errors import JobNotFoundError
-from app.api.feeds import FeedHub, Watcher
-from app.api.responses import problems
-from app.api.views import history_item
-from app.lifecycle import DeliveryState, JobState, is_terminal
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.errors import JobNotFoundError
+from atlas_jobs._app.api.feeds import FeedHub, Watcher
+from atlas_jobs._app.api.responses import problems
+from atlas_jobs._app.api.views import history_item
+from atlas_jobs._app.lifecycle import DeliveryState, JobState, is_terminal
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 

@@ -11,13 +11,13 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import StateDep
-from app.api.errors import UnauthorizedError
-from app.api.responses import public_problems
-from app.api.schemas import Health
-from app.db.migrations import SchemaState, schema_status
-from app.metrics import REGISTRY as PROCESS_METRICS
-from app.metrics import merged_exposition
+from atlas_jobs._app.api.deps import StateDep
+from atlas_jobs._app.api.errors import UnauthorizedError
+from atlas_jobs._app.api.responses import public_problems
+from atlas_jobs._app.api.schemas import Health
+from atlas_jobs._app.db.migrations import SchemaState, schema_status
+from atlas_jobs._app.metrics import REGISTRY as PROCESS_METRICS
+from atlas_jobs._app.metrics import merged_exposition
 
 router = APIRouter(tags=["health"])
 log = structlog.get_logger("atlas.api.health")

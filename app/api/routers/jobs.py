@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import (
+from atlas_jobs._app.api.deps import (
     CurrentPrincipal,
     EngineDep,
     NoNullBody,
@@ -19,12 +19,12 @@ from app.api.deps import (
     bind_job,
     visible_owner,
 )
-from app.api.errors import JobNotFoundError
-from app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
-from app.api.jobcreation import create_batch, create_job, needs_transaction
-from app.api.longpoll import held_status, unless_client_leaves
-from app.api.middleware import CLIENT_CLOSED_STATUS, REQUEST_ID
-from app.api.reading import (
+from atlas_jobs._app.api.errors import JobNotFoundError
+from atlas_jobs._app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
+from atlas_jobs._app.api.jobcreation import create_batch, create_job, needs_transaction
+from atlas_jobs._app.api.longpoll import held_status, unless_client_leaves
+from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS, REQUEST_ID
+from atlas_jobs._app.api.reading import (
     answer,
     public_status,
     public_statuses,
@@ -33,8 +33,8 @@ from app.api.reading import (
     status_headers,
     status_response,
 )
-from app.api.responses import CREATION_PROBLEMS, headers, problems
-from app.api.schemas import (
+from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
+from atlas_jobs._app.api.schemas import (
     CancelCreate,
     HistoryPage,
     JobBatchCreate,
@@ -44,11 +44,11 @@ from app.api.schemas import (
     JobPage,
     JobPublic,
 )
-from app.api.views import etag_matches, history_item, job_path, job_status
-from app.apikeys import Principal, Role
-from app.db import reads
-from app.lifecycle import JobState
-from app.transitions import Actor
+from atlas_jobs._app.api.views import etag_matches, history_item, job_path, job_status
+from atlas_jobs._app.apikeys import Principal, Role
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])

@@ -12,20 +12,20 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
-from app.api.reading import answer, settle
-from app.api.responses import headers, problems
-from app.api.schemas import (
+from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
+from atlas_jobs._app.api.reading import answer, settle
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.schemas import (
     JobPublic,
     OperatorNote,
     QueueLinePublic,
     QueuePublic,
     QueueSchedulePublic,
 )
-from app.api.views import job_path
-from app.db import reads, schedules, webhooks
-from app.lifecycle import JobState
-from app.transitions import Actor
+from atlas_jobs._app.api.views import job_path
+from atlas_jobs._app.db import reads, schedules, webhooks
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 

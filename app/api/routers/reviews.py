@@ -6,11 +6,11 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import ReviewerPrincipal, StateDep, bind_job
-from app.api.reading import answer, settle
-from app.api.responses import headers, problems
-from app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
-from app.transitions import Actor
+from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
+from atlas_jobs._app.api.reading import answer, settle
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
+from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
 

@@ -3,7 +3,7 @@
 An owner manages its own schedules; an operator sees and manages every owner's and may
 create one for any owner. Another owner's schedule answers 404, exactly like an unknown
 one. The jobs a schedule creates belong to its owner and are created by the worker
-processes' scheduler (:mod:`workers.scheduler`), exactly once per tick.
+processes' scheduler (:mod:`atlas_jobs._workers.scheduler`), exactly once per tick.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.api.deps import CurrentPrincipal, StateDep, visible_owner
-from app.api.errors import (
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, visible_owner
+from atlas_jobs._app.api.errors import (
     ForbiddenError,
     InvalidRequestError,
     ScheduleNotFoundError,
     TooManySchedulesError,
 )
-from app.api.jobcreation import validated_input
-from app.api.responses import headers, problems
-from app.api.schedule_schemas import (
+from atlas_jobs._app.api.jobcreation import validated_input
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
     ScheduleCreate,
     ScheduledJob,
@@ -33,11 +33,11 @@ from app.api.schedule_schemas import (
     SchedulePage,
     SchedulePublic,
 )
-from app.api.schemas import JobCreateBase, Problem
-from app.api.views import job_path
-from app.apikeys import Principal, Role
-from app.db import schedules, webhooks
-from app.scheduling import (
+from atlas_jobs._app.api.schemas import JobCreateBase, Problem
+from atlas_jobs._app.api.views import job_path
+from atlas_jobs._app.apikeys import Principal, Role
+from atlas_jobs._app.db import schedules, webhooks
+from atlas_jobs._app.scheduling import (
     Cron,
     FireRefusal,
     InvalidScheduleError,

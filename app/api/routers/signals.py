@@ -14,12 +14,12 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
-from app.api.reading import problem_for
-from app.api.responses import headers, problems
-from app.api.routers.jobs import actor_for
-from app.api.schemas import SignalCreate, SignalPublic
-from app.transitions import Rejected
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.reading import problem_for
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.routers.jobs import actor_for
+from atlas_jobs._app.api.schemas import SignalCreate, SignalPublic
+from atlas_jobs._app.transitions import Rejected
 
 router = APIRouter(prefix="/v1/jobs", tags=["signals"])
 

@@ -9,11 +9,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
-from app.api.errors import InvalidRequestError, JobNotFoundError, WebhookNotFoundError
-from app.api.responses import headers, problems
-from app.api.schemas import Problem
-from app.api.webhook_schemas import (
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.errors import InvalidRequestError, JobNotFoundError, WebhookNotFoundError
+from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.api.schemas import Problem
+from atlas_jobs._app.api.webhook_schemas import (
     NotificationPage,
     NotificationPublic,
     WebhookCreate,
@@ -21,10 +21,10 @@ from app.api.webhook_schemas import (
     WebhookPage,
     WebhookPublic,
 )
-from app.apikeys import Role
-from app.db import reads
-from app.db import webhooks as store
-from app.webhooks import UnsafeUrlError, check_url, new_secret
+from atlas_jobs._app.apikeys import Role
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.webhooks import UnsafeUrlError, check_url, new_secret
 
 router = APIRouter(prefix="/v1", tags=["webhooks"])
 

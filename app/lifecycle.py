@@ -530,10 +530,10 @@ TRANSITIONS: Final = MappingProxyType(
             _t(
                 _N.WAIT,
                 {_R: _W},
-                "The job reaches a review gate or external wait.",
+                "The job reaches a review gate or external wait; the attempt is not charged.",
                 fenced=True,
                 ends_attempt=_O.WAITING,
-                effects=(_E.WAIT_DEADLINE,),
+                effects=(_E.WAIT_DEADLINE, _E.UNCHARGE),
             ),
             _t(
                 _N.REQUEST_CANCEL,

@@ -20,6 +20,7 @@ from atlas_jobs._app.lifecycle import (
     TERMINAL_STATES,
     TRANSITIONS,
     DeliveryState,
+    Effect,
     Guard,
     JobState,
 )
@@ -123,6 +124,38 @@ BOUNDARY: Final = """\
 """
 
 
+BUDGET: Final = """\
+## Attempts and the retry budget
+
+Every claim starts an attempt (`attempt` counts them all). The retry budget
+(`budget_verdict`: the kind's `max_attempts`, and its elapsed-time budget since creation
+or `resume`) counts only the attempts *charged*: an attempt that ends in an error, a lost
+lease or an ending of the job. An attempt that reaches a business wait (a review gate or
+an external event, `running -> waiting`) did its part and is not charged, as a graceful
+shutdown's `release` is not: the wait is not a failed attempt, so a job that waited for
+review still has all its attempts for the steps after it. The elapsed-time budget keeps
+running through a wait: a kind with long waits declares a budget that covers them
+(`document.publish`: the longest review deadline plus an hour). `resume` grants a new
+budget (charged attempts and the clock restart).
+"""
+
+
+def budget_rows() -> Iterator[str]:
+    """The transitions that end an attempt, and whether that attempt is charged."""
+    for transition in TRANSITIONS.values():
+        if transition.ends_attempt is None:
+            continue
+        charged = "no" if Effect.UNCHARGE in transition.effects else "yes"
+        moves = ", ".join(
+            f"`{source.value if source else '(none)'} -> {target.value}`"
+            for source, target in transition.moves.items()
+        )
+        yield (
+            f"| `{transition.name.value}` | {moves} | `{transition.ends_attempt.value}` "
+            f"| {charged} |"
+        )
+
+
 def render() -> str:
     lines = [
         "# Lifecycle: what a person sees",
@@ -203,7 +236,15 @@ def render() -> str:
         )
         link = "yes" if shown.show_result_link else "no"
         lines.append(f"| `{observation.value}` | {when} | {shown.label} | {link} |")
-    lines += ["", BOUNDARY]
+    lines += [
+        "",
+        BUDGET,
+        "| transition | moves | attempt outcome | charged |",
+        "|---|---|---|---|",
+        *budget_rows(),
+        "",
+        BOUNDARY,
+    ]
     return "\n".join(lines)
 
 

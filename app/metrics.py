@@ -84,6 +84,13 @@ EXTERNAL_OPERATIONS = Counter(
     ["destination", "outcome"],
     registry=REGISTRY,
 )
+SCHEDULE_FIRES = Counter(
+    "atlas_schedule_fires",
+    "Schedule ticks fired by this process's scheduler, by outcome: created (a job) or "
+    "the refusal's reason (owner_at_capacity: the owner's admission cap refused it).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 DB_POOL_IN_USE = Gauge(
     "atlas_db_pool_connections_in_use",
     "Pooled database connections checked out, by pool (sampled).",

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from itertools import pairwise
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -55,6 +57,14 @@ class OverlapPolicy(StrEnum):
     """Create the job anyway: runs may overlap."""
     SKIP = "skip"
     """Skip the tick (no job; logged): at most one unfinished job per schedule."""
+
+
+class FireRefusal(StrEnum):
+    """Why a due tick created no job (recorded on the tick, counted on the schedule)."""
+
+    OWNER_AT_CAPACITY = "owner_at_capacity"
+    """The owner already had its cap of unfinished jobs (ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER):
+    the tick is refused as ``POST /v1/jobs`` would be (429), not queued beyond the cap."""
 
 
 class InvalidScheduleError(ValueError):
@@ -139,6 +149,41 @@ def parse(expression: str, timezone: str) -> Cron:
             "cron", f"The expression never fires within {MAX_YEARS_BETWEEN_TICKS} years"
         ) from None
     return cron
+
+
+def _field_values(field: list[Any], size: int) -> list[int]:
+    """The values a croniter-expanded time-of-day field takes (``*`` is all of them)."""
+    return list(range(size)) if field == ["*"] else sorted({int(v) for v in field})
+
+
+def shortest_interval_seconds(cron: Cron) -> int:
+    """The shortest time between two consecutive ticks of ``cron``, in seconds.
+
+    Computed from the time-of-day fields (seconds, minutes, hours): the ticks of one day
+    are at most 86,400 instants, and the shortest gap is between two consecutive ones,
+    or across midnight (assumed possible: the day fields can only make ticks further
+    apart). A daylight-saving shift aside (a skipped hour fires its ticks at the first
+    instant after it), no two ticks are closer than this."""
+    expanded = croniter(cron.expression).expanded
+    minutes = _field_values(expanded[0], 60)
+    hours = _field_values(expanded[1], 24)
+    seconds = _field_values(expanded[5], 60) if len(expanded) > 5 else [0]
+    day = sorted(h * 3600 + m * 60 + sec for h in hours for m in minutes for sec in seconds)
+    gaps = [later - earlier for earlier, later in pairwise(day)]
+    gaps.append(86_400 - day[-1] + day[0])  # across midnight (one tick a day: 86,400)
+    return min(gaps)
+
+
+def check_interval(cron: Cron, minimum_seconds: float) -> None:
+    """:class:`InvalidScheduleError` (field ``cron``) when ticks come more often than
+    ``minimum_seconds`` (the ``ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS`` setting)."""
+    shortest = shortest_interval_seconds(cron)
+    if shortest < minimum_seconds:
+        raise InvalidScheduleError(
+            "cron",
+            f"Ticks {shortest} s apart; schedules fire at most every "
+            f"{minimum_seconds:g} s (ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS)",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,18 @@ class Settings(BaseSettings):
         gt=0,
         description="New jobs get 429 while the owner has this many unfinished jobs.",
     )
+    schedule_min_interval_seconds: float = Field(
+        default=10.0,
+        ge=1,
+        description="A schedule whose ticks come more often than this is refused (422 "
+        "naming body.cron).",
+    )
+    schedule_max_per_owner: int | None = Field(
+        default=100,
+        gt=0,
+        description="Most schedules one owner may have; one more is 409 "
+        "too-many-schedules (unset: no limit).",
+    )
     admission_max_queue_age_seconds: float | None = Field(
         default=None,
         gt=0,

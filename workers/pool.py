@@ -235,7 +235,11 @@ class WorkerPool:
                 else None
             ),
         )
-        self.scheduler = Scheduler(self.engine, self.transitions)
+        self.scheduler = Scheduler(
+            self.engine,
+            self.transitions,
+            admission_cap=settings.admission_max_active_per_owner,
+        )
         self.webhooks = (
             WebhookSender(self.engine, self.transitions.clock, settings, render_status)
             if render_status is not None

@@ -8,7 +8,7 @@ its own ``type`` URI so clients branch on the type, never on the human text.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import structlog
@@ -56,6 +56,20 @@ class ApiError(Exception):
 
 class MalformedJsonError(ApiError):
     status, slug, title = 400, "malformed-json", "The request body is not valid JSON"
+
+
+class MalformedRequestError(ApiError):
+    """Not HTTP the server can read (RFC 9110/9112): a control character such as NUL in
+    a header, a malformed ``Content-Length``. Answered by the server before any route."""
+
+    status, slug, title = 400, "malformed-request", "The request is not valid HTTP/1.1"
+
+
+class UnsupportedCharsetError(ApiError):
+    """A JSON body that is not UTF-8 (RFC 8259 section 8.1): UTF-16 or UTF-32 text,
+    with or without a byte order mark, or a ``charset`` other than UTF-8."""
+
+    status, slug, title = 415, "unsupported-charset", "JSON bodies are UTF-8 (RFC 8259)"
 
 
 class UnauthorizedError(ApiError):
@@ -124,12 +138,22 @@ class NotAwaitingReviewError(JobStateConflictError):
     slug, title = "not-awaiting-review", "The job is not waiting for review"
 
 
+class ConflictingDecisionError(JobStateConflictError):
+    slug, title = "conflicting-decision", "Another review decision already took effect"
+
+
 class NotAwaitingSignalError(JobStateConflictError):
     slug, title = "not-awaiting-signal", "The job is not waiting for an external event"
 
 
 class DecisionTooLateError(JobStateConflictError):
     slug, title = "decision-too-late", "The wait's deadline passed; the decision lost"
+
+
+class TooManySchedulesError(ApiError):
+    """The owner already has ``ATLAS_SCHEDULE_MAX_PER_OWNER`` schedules: delete one first."""
+
+    status, slug, title = 409, "too-many-schedules", "The owner has as many schedules as allowed"
 
 
 class ResultNotReadyError(ApiError):
@@ -433,8 +457,20 @@ def unexpected_error_fields(exc: BaseException) -> dict[str, Any]:
 PageForError = Callable[[Request, ApiError], Response | None]
 """An HTML answer for an error on some paths (the status page's), else ``None``."""
 
+UnexpectedErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+"""The answer to an exception no route or error class expected (503 for an outage,
+500 for a bug): what :func:`install_error_handlers` returns."""
 
-def install_error_handlers(app: FastAPI, *, page_for: PageForError | None = None) -> None:
+
+def install_error_handlers(
+    app: FastAPI, *, page_for: PageForError | None = None
+) -> UnexpectedErrorHandler:
+    """Register the translations of the error tree, and return the one for unexpected
+    errors: the app answers them inside its request-context middleware
+    (:class:`atlas_jobs._app.api.middleware.AnswerUnexpectedErrors`), so the access log, the request
+    metrics and ``X-Request-ID`` see the status the client gets. It is also Starlette's
+    last-resort handler (``ServerErrorMiddleware``) for an error outside that."""
+
     def respond(request: Request, error: ApiError) -> Response:
         page = page_for(request, error) if page_for is not None else None
         return page if page is not None else problem_response(error)
@@ -470,3 +506,4 @@ def install_error_handlers(app: FastAPI, *, page_for: PageForError | None = None
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+    return on_unexpected

@@ -23,9 +23,14 @@ from atlas_jobs._app.api.docs_pages import install_docs
 from atlas_jobs._app.api.errors import install_error_handlers
 from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.metrics import ApiMetrics
-from atlas_jobs._app.api.middleware import BodyGuardMiddleware, RequestContextMiddleware
+from atlas_jobs._app.api.middleware import (
+    AnswerUnexpectedErrors,
+    BodyGuardMiddleware,
+    RequestContextMiddleware,
+)
 from atlas_jobs._app.api.notifier import JobChangeNotifier
 from atlas_jobs._app.api.openapi_doc import install_openapi
+from atlas_jobs._app.api.paths import route_template
 from atlas_jobs._app.api.queue_sampler import run_sampler
 from atlas_jobs._app.api.routers import (
     events,
@@ -169,22 +174,32 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         health.router,
     ):
         app.include_router(router)
-    install_error_handlers(app, page_for=api_error_page)
+    on_unexpected = install_error_handlers(app, page_for=api_error_page)
     install_ui(app)
     install_openapi(app)
     install_docs(app)
+    pages = ui_templates()
+
+    def templates() -> frozenset[str]:
+        return frozenset(app.openapi().get("paths", {})) | pages
+
+    def routed(method: str, path: str) -> bool:
+        """False only when ``path`` is an API resource that does not take ``method`` (the
+        router answers 405); any other path keeps the body guard (pages, unknown paths)."""
+        item = app.openapi().get("paths", {}).get(route_template(path, templates))
+        return item is None or method.lower() in item
+
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
         max_header_bytes=settings.http_max_header_bytes,
         form_paths=(UI_PREFIX + "/",),
+        routed=routed,
     )
-
-    pages = ui_templates()
-
-    def templates() -> frozenset[str]:
-        return frozenset(app.openapi().get("paths", {})) | pages
+    # Inside the request context (added after it is outer): unexpected errors are
+    # answered where the access log, the metrics and X-Request-ID see them.
+    app.add_middleware(AnswerUnexpectedErrors, handler=on_unexpected)
 
     app.add_middleware(RequestContextMiddleware, metrics=metrics, templates=templates)
     tracing.instrument_app(app)

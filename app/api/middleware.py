@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import structlog
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from atlas_jobs._app.api.errors import (
@@ -26,8 +27,11 @@ from atlas_jobs._app.api.errors import (
     HeadersTooLargeError,
     InvalidInputError,
     InvalidRequestError,
+    MalformedRequestError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    UnexpectedErrorHandler,
+    UnsupportedCharsetError,
     UnsupportedMediaTypeError,
     in_job_input,
     problem_response,
@@ -148,6 +152,23 @@ class RequestContextMiddleware:
             structlog.contextvars.clear_contextvars()
 
 
+_UTF_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16 (and UTF-32 LE) byte order marks
+
+
+def _not_utf8(content_type: str | None, body: bytes) -> bool:
+    """A JSON body in another encoding than UTF-8 (RFC 8259 section 8.1): a ``charset``
+    parameter naming another one, a UTF-16/32 byte order mark, or NUL bytes -- which JSON
+    text never holds raw (outside strings only whitespace may appear, inside them control
+    characters are escaped), but UTF-16 and UTF-32 put beside every ASCII character.
+    (``json.loads`` of bytes would otherwise detect and decode them.)"""
+    for parameter in (content_type or "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in {"utf-8", "utf8"}:
+            return True
+    return body.startswith(_UTF_BOMS) or b"\x00" in body
+
+
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return False
@@ -229,7 +250,9 @@ class BodyGuardMiddleware:
     all -- 415 for a body that is not JSON (form-encoded bodies pass on ``form_paths``,
     the status page's forms), and 422 naming the field for text
     PostgreSQL cannot store, in the body, the query string or a header. The accepted
-    body is replayed to the app unchanged."""
+    body is replayed to the app unchanged. A method no route takes on the path is left
+    to the router (405 comes first, whatever the body), and a JSON body that is not
+    UTF-8 is 415 ``unsupported-charset``."""
 
     def __init__(
         self,
@@ -238,9 +261,12 @@ class BodyGuardMiddleware:
         body_timeout_seconds: float = 30.0,
         max_header_bytes: int = 64 * 1024,
         form_paths: tuple[str, ...] = (),
+        routed: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.app = app
         self.form_paths = form_paths
+        self.routed = routed or (lambda method, path: True)
+        """Whether a route takes ``method`` on ``path`` (else the guard steps aside)."""
         self.max_body_bytes = max_body_bytes
         self.body_timeout_seconds = body_timeout_seconds
         self.max_header_bytes = max_header_bytes
@@ -263,18 +289,17 @@ class BodyGuardMiddleware:
         if unstorable:
             await self._answer(scope, receive, send, unstorable_text_error(unstorable))
             return
-        if scope["method"] not in _BODY_METHODS:
+        if scope["method"] not in _BODY_METHODS or not self.routed(scope["method"], scope["path"]):
+            # No body to guard, or no route takes this method here: the router answers
+            # (405 with Allow, 404) before anything is said about the body.
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
         if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                length = -1
-            if length < 0:
+            length = int(declared) if declared.isdigit() else -1
+            if length < 0:  # (the server, h11, refuses these before the app sees them)
                 await self._answer(
-                    scope, receive, send, PayloadTooLargeError("Invalid Content-Length")
+                    scope, receive, send, MalformedRequestError("Malformed Content-Length")
                 )
                 return
             if length > self.max_body_bytes:
@@ -299,6 +324,17 @@ class BodyGuardMiddleware:
         content_type = _header(scope, b"content-type")
         if body and not (_is_json(content_type) or self._form_allowed(scope, content_type)):
             await self._answer(scope, receive, send, UnsupportedMediaTypeError())
+            return
+        if body and _is_json(content_type) and _not_utf8(content_type, body):
+            await self._answer(
+                scope,
+                receive,
+                send,
+                UnsupportedCharsetError(
+                    "Send the JSON body as UTF-8 (RFC 8259 section 8.1), without a "
+                    "byte order mark; UTF-16 and UTF-32 are refused"
+                ),
+            )
             return
         unstorable = _unstorable_body(body)
         if unstorable:
@@ -354,6 +390,40 @@ class BodyGuardMiddleware:
         await response(scope, receive, send)
 
 
+class AnswerUnexpectedErrors:
+    """Answers an exception no route expected *inside* the request context, with the
+    one translation of :mod:`atlas_jobs._app.api.errors` (an outage: ``503 database-unavailable`` +
+    ``Retry-After``; a bug: ``500``), so the access log, ``atlas_http_requests_total``,
+    the latency histogram and ``X-Request-ID`` all carry the status the client got.
+    (Starlette's own last resort, ``ServerErrorMiddleware``, runs outside every user
+    middleware: its answer was recorded as a 500 without a request id.) An error after
+    the response started cannot be answered: it propagates as before."""
+
+    def __init__(self, app: ASGIApp, handler: UnexpectedErrorHandler) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            if started:
+                raise
+            response = await self.handler(Request(scope), exc)
+            await response(scope, receive, send)
+
+
 class ContainAnsweredErrors:
     """The outermost wrapper of the app given to the server. Starlette's
     ``ServerErrorMiddleware`` answers an unexpected error with a 500 and calls our handler
@@ -377,6 +447,7 @@ class ContainAnsweredErrors:
 __all__ = [
     "CLIENT_DISCONNECTED",
     "REQUEST_ID",
+    "AnswerUnexpectedErrors",
     "BodyGuardMiddleware",
     "ContainAnsweredErrors",
     "RequestContextMiddleware",

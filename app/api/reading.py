@@ -15,13 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from atlas_jobs._app.api.errors import (
     ApiError,
     CancelTooLateError,
+    ConflictingDecisionError,
     DecisionTooLateError,
     JobNotFoundError,
     JobStateConflictError,
     NotAwaitingReviewError,
     NotAwaitingSignalError,
 )
-from atlas_jobs._app.api.schemas import JobPublic
+from atlas_jobs._app.api.schemas import JobPublic, ReviewDecision
 from atlas_jobs._app.api.views import (
     etag,
     etag_matches,
@@ -154,6 +155,12 @@ async def answer(
     if isinstance(outcome, Rejected):
         if _already_done(outcome) and outcome.job is not None:
             return await answer_row(conn, outcome.job, response)
+        if outcome.reason == RejectReason.REPEATED and outcome.job is not None:
+            # The same decision took effect before: answered as a replay (like a repeated
+            # signal), with the status now; nothing is recorded again.
+            response.status_code = 200
+            response.headers["Idempotency-Replayed"] = "true"
+            return await answer_row(conn, outcome.job, response)
         return await problem_for(conn, outcome)
     return await answer_row(conn, outcome.job, response)
 
@@ -216,6 +223,15 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
     ):
         return DecisionTooLateError(
             f"The wait's deadline passed first; the job is {public.state.value}", **facts
+        )
+    if outcome.reason == RejectReason.CONFLICTING:
+        recorded = "rejected" if name == TransitionName.APPROVE else "approved"
+        return ConflictingDecisionError(
+            f"The job was {recorded} before; it is {public.state.value}",
+            decision=ReviewDecision.REJECT
+            if name == TransitionName.APPROVE
+            else ReviewDecision.APPROVE,
+            **facts,
         )
     if name == TransitionName.RECEIVE_EVENT:
         return NotAwaitingSignalError(

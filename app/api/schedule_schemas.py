@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from atlas_jobs._app.api.schemas import JobCreate, StrictModel
-from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
 
 CRON_DESCRIPTION = (
     "A cron expression: five fields (minute hour day-of-month month day-of-week), or six "
@@ -32,6 +32,11 @@ OVERLAP_DESCRIPTION = (
     "`skip` skips the tick (at most one unfinished job per schedule)."
 )
 NAME_DESCRIPTION = "A label for people; not unique."
+MAX_GRACE_SECONDS = 86_400
+
+
+GraceSeconds = Annotated[StrictInt, Field(ge=1, le=MAX_GRACE_SECONDS)]
+CatchUpLimit = Annotated[StrictInt, Field(ge=1, le=MAX_CATCH_UP_LIMIT)]
 
 
 class ScheduleCreate(StrictModel):
@@ -54,7 +59,7 @@ class ScheduleCreate(StrictModel):
         default=MisfirePolicy.SKIP, description=POLICY_DESCRIPTION
     )
     misfire_grace_seconds: StrictInt = Field(
-        default=60, ge=1, le=86_400, description=GRACE_DESCRIPTION
+        default=60, ge=1, le=MAX_GRACE_SECONDS, description=GRACE_DESCRIPTION
     )
     catch_up_limit: StrictInt = Field(
         default=10, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
@@ -91,11 +96,14 @@ class ScheduleChange(StrictModel):
     misfire_policy: MisfirePolicy | SkipJsonSchema[None] = Field(
         default=None, description=POLICY_DESCRIPTION
     )
-    misfire_grace_seconds: StrictInt | SkipJsonSchema[None] = Field(
-        default=None, ge=1, le=86_400, description=GRACE_DESCRIPTION
+    # The bounds sit on the integer itself (Annotated), not on the union with None: on the
+    # union pydantic would write them into the schema as the unknown keys `ge`/`le`, and
+    # the document would show an unbounded integer the server refuses 0 for.
+    misfire_grace_seconds: GraceSeconds | SkipJsonSchema[None] = Field(
+        default=None, description=GRACE_DESCRIPTION
     )
-    catch_up_limit: StrictInt | SkipJsonSchema[None] = Field(
-        default=None, ge=1, le=MAX_CATCH_UP_LIMIT, description=LIMIT_DESCRIPTION
+    catch_up_limit: CatchUpLimit | SkipJsonSchema[None] = Field(
+        default=None, description=LIMIT_DESCRIPTION
     )
     overlap: OverlapPolicy | SkipJsonSchema[None] = Field(
         default=None, description=OVERLAP_DESCRIPTION
@@ -144,6 +152,12 @@ class SchedulePublic(BaseModel):
     last_job_id: uuid.UUID | None = Field(description="The job the last tick created.")
     last_job_url: str | None = Field(description="That job's status URL.")
     fired_count: int = Field(description="How many jobs this schedule created.")
+    refused_count: int = Field(
+        description="How many ticks created no job because admission refused them "
+        "(see the fire history)."
+    )
+    last_refused_at: datetime | None = Field(description="The last tick refused.")
+    last_refusal: FireRefusal | None = Field(description="Why the last refused tick was.")
     created_at: datetime = Field(description="When the schedule was created.")
     updated_at: datetime = Field(description="When it last changed (or fired).")
 
@@ -156,12 +170,18 @@ class SchedulePage(BaseModel):
 
 
 class ScheduleFirePublic(BaseModel):
-    """One fired tick and the job it created (null if that job was since deleted)."""
+    """One fired tick and the job it created (null if that job was since deleted), or
+    why it created none (`refusal`)."""
 
     tick: datetime = Field(description="The tick's instant (UTC).")
     job_id: uuid.UUID | None = Field(description="The job the tick created.")
     job_url: str | None = Field(description="That job's status URL.")
     recorded_at: datetime = Field(description="When the tick fired (later than `tick` if late).")
+    refusal: FireRefusal | None = Field(
+        default=None,
+        description="Why the tick created no job: `owner_at_capacity` -- the owner had its "
+        "cap of unfinished jobs (as POST /v1/jobs answers 429). Null when it created one.",
+    )
 
 
 class ScheduleFirePage(BaseModel):

@@ -461,12 +461,47 @@ class ResultFile(BaseModel):
     url_expires_at: datetime = Field(description="When `url` and `token` stop working.")
 
 
+class PublicationSettled(StrEnum):
+    """How an external publication was settled."""
+
+    CONFIRMED = "confirmed"
+    """The destination's answer to the publication confirmed it."""
+    ADOPTED = "adopted"
+    """A lookup at the destination found it applied (after an uncertain answer, a
+    confirmation that came later, or a repeat after a crash), and the job adopted it."""
+
+
+class PublicationPublic(BaseModel):
+    """Where a job's external publication lives (kinds that publish to a destination,
+    such as `document.publish`, rather than files)."""
+
+    destination: str = Field(
+        description="The configured destination's name (ATLAS_DESTINATIONS).",
+        examples=["press"],
+    )
+    operation_id: uuid.UUID = Field(
+        description="The operation id, stable across attempts: the destination knows the "
+        "publication by it (it was the `Idempotency-Key` of the request)."
+    )
+    settled: PublicationSettled = Field(description="How the publication was settled.")
+    receipt: dict[str, Any] = Field(
+        description="The destination's receipt, as it answered (for example its own id "
+        "and URL of the publication)."
+    )
+
+
 class ResultPublic(BaseModel):
-    """The result reference of a job whose delivery is `available`."""
+    """The result reference of a job whose delivery is `available`: its files, or where
+    its external publication lives (or both)."""
 
     job_id: uuid.UUID = Field(description="The job.")
     delivery: DeliveryPublic = Field(description="The delivery state and its expiry.")
-    files: list[ResultFile] = Field(description="The published files.")
+    files: list[ResultFile] = Field(description="The published files (may be empty).")
+    publication: PublicationPublic | None = Field(
+        default=None,
+        description="Where the job published its result outside the service (null for "
+        "kinds that only publish files).",
+    )
     reference: dict[str, Any] = Field(
         default_factory=dict,
         description="What the handler returned besides its files (its `Result.reference`: "
@@ -578,6 +613,10 @@ class JobStateProblem(Problem):
     job: JobPublic | None = Field(
         default=None,
         description="The whole status when a cancel lost: it shows how the job ended.",
+    )
+    decision: ReviewDecision | None = Field(
+        default=None,
+        description="The review decision that took effect, when a review conflicts with it.",
     )
 
 

@@ -8,7 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from atlas_jobs._app.api import live_workers
-from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, ResultFile, WaitingForPublic
+from atlas_jobs._app.api.schemas import (
+    HistoryItem,
+    JobPublic,
+    PublicationPublic,
+    ResultFile,
+    WaitingForPublic,
+)
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
@@ -184,6 +190,13 @@ def result_files(
             )
         )
     return files
+
+
+def result_publication(job: Any) -> PublicationPublic | None:
+    """Where a job's external publication lives (``result_ref.publication``, written by
+    the kind's publish step), or ``None`` for a kind that publishes files only."""
+    found = (job.result_ref or {}).get("publication")
+    return None if found is None else PublicationPublic.model_validate(found)
 
 
 def history_item(row: Any) -> HistoryItem:

@@ -34,6 +34,7 @@ def _line(schedule: dict[str, Any]) -> str:
             f"next={schedule['next_fire_at'] or '-'}",
             f"last={schedule['last_fire_at'] or '-'}",
             f"fired={schedule['fired_count']}",
+            f"refused={schedule.get('refused_count', 0)}",
             schedule["job"]["kind"],
         ]
     )
@@ -141,7 +142,7 @@ def delete(schedule_id: str, url: UrlOption = DEFAULT_URL, api_key: KeyOption = 
 def fires(
     schedule_id: str, raw: JsonFlag = False, url: UrlOption = DEFAULT_URL, api_key: KeyOption = None
 ) -> None:
-    """The last ticks fired and the job each created."""
+    """The last ticks fired and the job each created, or why none (``refused:<reason>``)."""
     with _connected(url, api_key) as api:
         response = api.call("GET", f"/v1/schedules/{schedule_id}/fires", params={"limit": 100})
     body = response.json()
@@ -149,4 +150,7 @@ def fires(
         typer.echo(json.dumps(body, indent=2))
         return
     for item in body["items"]:
-        typer.echo(f"{item['tick']}  {item['job_id'] or '-'}")
+        refusal = item.get("refusal")
+        typer.echo(
+            f"{item['tick']}  {item['job_id'] or ('refused:' + refusal if refusal else '-')}"
+        )

@@ -92,6 +92,16 @@ SELECT :job_id, {_NOW}, :transition, :state, :state, '{DECISION_TOO_LATE}', :act
  WHERE NOT EXISTS (SELECT 1 FROM repeated)
 """)
 
+# last_decision: the review decision that took effect last on a job, if any (a late
+# decision's row names the move too, but never changed the state: from = to).
+LAST_DECISION = text("""
+SELECT transition FROM job_history
+ WHERE job_id = :job_id AND transition IN ('approve', 'reject')
+   AND from_state IS DISTINCT FROM to_state
+ ORDER BY seq DESC
+ LIMIT 1
+""")
+
 # has_transition: whether a job's history holds a move of this name (e.g. its approval).
 # (A late decision's row names the move too, but never changes the state.)
 HAS_TRANSITION = text("""

@@ -61,6 +61,10 @@ class RejectReason(StrEnum):
     NOT_FOUND = "not_found"
     ILLEGAL = "illegal"
     STALE_ATTEMPT = "stale_attempt"
+    REPEATED = "repeated"
+    """The same decision took effect before: the request is a replay of it."""
+    CONFLICTING = "conflicting"
+    """Another decision took effect before (an approval asked of a rejected job)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from atlas_jobs._app.clock import NOW_SQL, Clock
 from atlas_jobs._app.db.schema import schedule_fires, schedules
 from atlas_jobs._app.ids import new_id
-from atlas_jobs._app.scheduling import Cron, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.scheduling import Cron, FireRefusal, MisfirePolicy, OverlapPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +46,35 @@ async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
     return now
 
 
+# lock_owner_schedules: a per-owner advisory lock held to the end of the transaction, so
+# two creations racing cannot both take the last place. The two-key form: its key space
+# does not overlap the one-key locks of admission and Idempotency-Keys, whose keys are
+# built from owner-chosen text.
+LOCK_OWNER_SCHEDULES = text(
+    "SELECT pg_advisory_xact_lock(hashtext('atlas.schedules'), hashtext(CAST(:owner AS text)))"
+)
+# owner_schedules: how many schedules an owner has. A statement of its own, AFTER the
+# lock: under READ COMMITTED each statement takes its snapshot when it starts, and a count
+# in the locking statement would not see a schedule committed while it waited.
+OWNER_SCHEDULES = text("SELECT count(*) FROM schedules WHERE owner = CAST(:owner AS text)")
+
+
 async def insert(
-    conn: AsyncConnection, spec: ScheduleSpec, *, created_by: str, clock: Clock
-) -> Row[Any]:
-    """A new schedule whose first tick is the first one after now."""
+    conn: AsyncConnection,
+    spec: ScheduleSpec,
+    *,
+    created_by: str,
+    clock: Clock,
+    max_per_owner: int | None = None,
+) -> Row[Any] | int:
+    """A new schedule whose first tick is the first one after now; with
+    ``max_per_owner``, nothing is written when the owner already has that many: the
+    answer is then their count."""
+    if max_per_owner is not None:
+        await conn.execute(LOCK_OWNER_SCHEDULES, {"owner": spec.owner})
+        counted = int((await conn.execute(OWNER_SCHEDULES, {"owner": spec.owner})).scalar_one())
+        if counted >= max_per_owner:
+            return counted
     now = await database_now(conn, clock)
     row = await conn.execute(
         schedules.insert()
@@ -161,7 +186,8 @@ async def remove(conn: AsyncConnection, schedule_id: uuid.UUID, *, owner: str | 
 async def fires(
     conn: AsyncConnection, schedule_id: uuid.UUID, *, before: datetime | None, limit: int
 ) -> list[Row[Any]]:
-    """A schedule's fired ticks, newest first, with the job each created."""
+    """A schedule's fired ticks, newest first, with the job each created or why it
+    created none."""
     query = select(schedule_fires).where(schedule_fires.c.schedule_id == schedule_id)
     if before is not None:
         query = query.where(schedule_fires.c.fire_at < before)
@@ -208,6 +234,16 @@ SELECT * FROM unnest(CAST(:schedule_id AS uuid[]), CAST(:fire_at AS timestamptz[
 RETURNING schedule_id, fire_at
 """)
 
+# refuse_fires: the ticks that created no job, with why (their rows were recorded by
+# record_fires in the same transaction).
+REFUSE_FIRES = text("""
+UPDATE schedule_fires AS f
+   SET refusal = CAST(:refusal AS text)
+  FROM unnest(CAST(:schedule_id AS uuid[]), CAST(:fire_at AS timestamptz[]))
+       AS i(schedule_id, fire_at)
+ WHERE f.schedule_id = i.schedule_id AND f.fire_at = i.fire_at
+""")
+
 LINK_JOBS = text("""
 UPDATE schedule_fires AS f
    SET job_id = i.job_id
@@ -216,19 +252,26 @@ UPDATE schedule_fires AS f
  WHERE f.schedule_id = i.schedule_id AND f.fire_at = i.fire_at
 """)
 
-# advance: where each evaluated schedule starts next time, and what it last fired.
+# advance: where each evaluated schedule starts next time, what it last fired, and what
+# it last had refused (and why).
 ADVANCE = text(f"""
 UPDATE schedules AS s
    SET next_fire_at = i.next_fire_at,
        last_fire_at = COALESCE(i.last_fire_at, s.last_fire_at),
        last_job_id = COALESCE(i.last_job_id, s.last_job_id),
        fired_count = s.fired_count + i.fired,
+       refused_count = s.refused_count + i.refused,
+       last_refused_at = COALESCE(i.last_refused_at, s.last_refused_at),
+       last_refusal = COALESCE(i.last_refusal, s.last_refusal),
        enabled = s.enabled AND i.keep_enabled,
        updated_at = {NOW_SQL}
   FROM unnest(CAST(:id AS uuid[]), CAST(:next_fire_at AS timestamptz[]),
               CAST(:last_fire_at AS timestamptz[]), CAST(:last_job_id AS uuid[]),
-              CAST(:fired AS int[]), CAST(:keep_enabled AS boolean[]))
-       AS i(id, next_fire_at, last_fire_at, last_job_id, fired, keep_enabled)
+              CAST(:fired AS int[]), CAST(:keep_enabled AS boolean[]),
+              CAST(:refused AS int[]), CAST(:last_refused_at AS timestamptz[]),
+              CAST(:last_refusal AS text[]))
+       AS i(id, next_fire_at, last_fire_at, last_job_id, fired, keep_enabled, refused,
+            last_refused_at, last_refusal)
  WHERE s.id = i.id
 """)
 
@@ -248,6 +291,9 @@ class Advance:
     last_job_id: uuid.UUID | None
     fired: int
     keep_enabled: bool = True
+    refused: int = 0
+    last_refused_at: datetime | None = None
+    last_refusal: FireRefusal | None = None
 
 
 async def lock_due(conn: AsyncConnection, clock: Clock, *, limit: int) -> list[Row[Any]]:
@@ -282,6 +328,21 @@ async def link_jobs(
         )
 
 
+async def refuse_fires(
+    conn: AsyncConnection, ticks: Sequence[tuple[uuid.UUID, datetime]], refusal: FireRefusal
+) -> None:
+    """Record why ``ticks`` (recorded in this transaction) created no job."""
+    if ticks:
+        await conn.execute(
+            REFUSE_FIRES,
+            {
+                "schedule_id": [s for s, _ in ticks],
+                "fire_at": [t for _, t in ticks],
+                "refusal": refusal.value,
+            },
+        )
+
+
 async def advance(conn: AsyncConnection, moves: Sequence[Advance], clock: Clock) -> None:
     if moves:
         await conn.execute(
@@ -293,6 +354,9 @@ async def advance(conn: AsyncConnection, moves: Sequence[Advance], clock: Clock)
                 "last_job_id": [m.last_job_id for m in moves],
                 "fired": [m.fired for m in moves],
                 "keep_enabled": [m.keep_enabled for m in moves],
+                "refused": [m.refused for m in moves],
+                "last_refused_at": [m.last_refused_at for m in moves],
+                "last_refusal": [m.last_refusal for m in moves],
                 **clock.bind(),
             },
         )

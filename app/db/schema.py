@@ -40,7 +40,7 @@ from atlas_jobs._app.lifecycle import (
     DeliveryState,
     JobState,
 )
-from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
 from atlas_jobs._app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
 NAMING_CONVENTION = {
@@ -456,6 +456,10 @@ schedules = Table(
     Column("last_fire_at", TZ),
     Column("last_job_id", UUID(as_uuid=True)),
     Column("fired_count", BigInteger, nullable=False, server_default=text("0")),
+    # Ticks refused (revision fb1ecd289857): how many, the last one, and why.
+    Column("refused_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_refused_at", TZ),
+    Column("last_refusal", Text),
     Column("created_by", Text, nullable=False),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
@@ -470,6 +474,10 @@ schedules = Table(
     ),
     CheckConstraint(
         f"catch_up_limit BETWEEN 1 AND {MAX_CATCH_UP_LIMIT}", name="catch_up_limit_bounded"
+    ),
+    CheckConstraint(
+        f"last_refusal IS NULL OR last_refusal IN ({sql_list(r.value for r in FireRefusal)})",
+        name="last_refusal_known",
     ),
 )
 # The scheduler's one query: due, enabled schedules in tick order.
@@ -493,6 +501,13 @@ schedule_fires = Table(
     Column("fire_at", TZ, nullable=False),
     Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="SET NULL")),
     Column("created_at", TZ, nullable=False, server_default=NOW),
+    # Why the tick created no job (revision fb1ecd289857); NULL: it created one.
+    Column("refusal", Text),
+    CheckConstraint(
+        f"refusal IS NULL OR refusal IN ({sql_list(r.value for r in FireRefusal)})",
+        name="refusal_known",
+    ),
+    CheckConstraint("refusal IS NULL OR job_id IS NULL", name="refused_has_no_job"),
     # One row per tick: the arbiter that makes any number of schedulers create exactly
     # one job per tick (INSERT ... ON CONFLICT DO NOTHING in the job's transaction).
     PrimaryKeyConstraint("schedule_id", "fire_at"),

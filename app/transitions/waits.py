@@ -19,7 +19,13 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.db import reads
-from atlas_jobs._app.db.external import FIND_SIGNAL, LATE_DECISION, LOCK_JOB, RECORD_SIGNAL
+from atlas_jobs._app.db.external import (
+    FIND_SIGNAL,
+    LAST_DECISION,
+    LATE_DECISION,
+    LOCK_JOB,
+    RECORD_SIGNAL,
+)
 from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
 from atlas_jobs._app.lifecycle import JobState, Reason, TransitionName
 from atlas_jobs._app.transitions.base import Approver, SameHandsRefused
@@ -75,7 +81,25 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
         )
         if isinstance(outcome, Rejected) and _lost_to_deadline(locked, Reason.REVIEW):
             return await self._too_late(conn, outcome, actor=actor, event_id=None, note=note)
+        if isinstance(outcome, Rejected) and outcome.reason == RejectReason.ILLEGAL:
+            return await self._decided_before(conn, outcome)
         return outcome
+
+    async def _decided_before(self, conn: AsyncConnection, refused: Rejected) -> Rejected:
+        """A review of a job no longer waiting for one: the same decision that took effect
+        before is a replay (:attr:`RejectReason.REPEATED`), another one conflicts with it
+        (:attr:`RejectReason.CONFLICTING`); a job never decided stays plainly refused."""
+        if refused.job is None:
+            return refused
+        recorded = (
+            await conn.execute(LAST_DECISION, {"job_id": refused.job.id})
+        ).scalar_one_or_none()
+        if recorded is None:
+            return refused
+        reason = (
+            RejectReason.REPEATED if recorded == refused.transition else RejectReason.CONFLICTING
+        )
+        return Rejected(refused.transition, reason, refused.current, refused.job)
 
     async def signal(
         self,

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._workers.external import MAX_SENDS_PER_ATTEMPT
 from tests.acceptance.publishing import (
     Keys,
     World,
@@ -106,6 +107,13 @@ async def test_review_gate_outcomes_and_roles(world: Start) -> None:
     async with w.client() as http:
         result = (await http.get(f"/v1/jobs/{approved}/result")).json()
     assert result["files"] == []
+    # the result reference says where it went: the destination, the operation id and
+    # the destination's receipt (before: no route served it)
+    publication = result["publication"]
+    assert publication["destination"] == "press"
+    assert publication["operation_id"] == operation_id
+    assert publication["settled"] == "confirmed"
+    assert publication["receipt"], publication
 
     # reject -> failed with the reviewer's note as the error
     rejected = await w.submit(document())
@@ -138,12 +146,16 @@ async def test_review_gate_outcomes_and_roles(world: Start) -> None:
     assert recorded["note"] == "sorry, late"
     assert len((await w.stats())["applications"]) == 1  # only the approved job published
 
-    # 50 concurrent duplicate review decisions: recorded once
+    # 50 concurrent duplicate review decisions: recorded once; the 49 that find it
+    # decided are replays of it (200, Idempotency-Replayed), not errors
     crowd = await w.submit(document())
     await w.waiting_for_review(crowd)
     answers = await asyncio.gather(*(w.review(crowd, "approve", "dup") for _ in range(50)))
     codes = sorted(a.status_code for a in answers)
-    assert codes == [202] + [409] * 49
+    assert codes == [200] * 49 + [202]
+    assert all(
+        a.headers.get("idempotency-replayed") == "true" for a in answers if a.status_code == 200
+    )
     await w.finished(crowd)
     history = await w.history(crowd)
     assert len(entries(history, "approve")) == 1
@@ -256,6 +268,28 @@ async def test_destination_down_past_the_budget_then_operator_resume(world: Star
     }
     recorded = {**Counter(operations(history)), "unresolved": 1}
     assert counted == {("press", outcome): n for outcome, n in recorded.items()}, counted
+
+
+async def test_a_review_wait_does_not_spend_an_attempt(world: Start) -> None:
+    """A business wait is not a failed attempt: after waiting for review, a job whose
+    destination always answers 503 still makes all max_attempts (5) publishing attempts
+    (before: 4, the attempt that reached the gate was charged)."""
+    w = world()
+    await w.control(default="fail_503")
+    job = await w.submit(document())
+    await w.approve(job)
+    stuck = await w.until(job, lambda s: s["state"] == "unresolved")
+    assert (stuck["reason"], stuck["attempt"], stuck["max_attempts"]) == (
+        "retries_exhausted",
+        6,
+        5,
+    )
+    history = await w.history(job)
+    after_review = history[[h["transition"] for h in history].index("approve") :]
+    story = [h["transition"] for h in after_review]
+    assert story.count("claim") == 5, story
+    # each attempt sends up to MAX_SENDS_PER_ATTEMPT times (a 503 is "not applied")
+    assert (await w.stats())["posts"] == 5 * MAX_SENDS_PER_ATTEMPT
 
 
 async def test_signals_resume_an_external_wait_once(world: Start) -> None:

@@ -39,11 +39,15 @@ SPEC = REPO / "openapi" / "openapi.json"
 #   may still be no cron expression or IANA zone (JSON Schema cannot say which strings
 #   are), and the job's input follows its kind; the API answers 422 naming the field.
 #   Their ``job`` is a job body, so a large document is 413 (the body-size setting), as
-#   for jobs-create.
+#   for jobs-create. A schema-valid cron may fire more often than
+#   ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS (a setting: `* * * * * *`), 422 naming body.cron;
+#   and schedules-create is 409 once the fuzzer's owner has ATLAS_SCHEDULE_MAX_PER_OWNER
+#   schedules (too-many-schedules: a conflict with the owner's schedules, not the body).
 # * webhooks-create: a schema-valid URL may still be refused (it does not resolve, or it
 #   names an internal address: SSRF rules), 422 naming body.url.
-# * schedules-fires: ``before`` matches the RFC 3339 pattern but may be no calendar date
-#   (``2026-02-30``): 422.
+# * schedules-fires: ``before`` matches the RFC 3339 pattern (years 0001-9999, every
+#   one of them served) but may be no calendar date (``2026-02-30``: a pattern cannot
+#   say which day a month lacks): 422 naming query.before.
 # * events-stream: a live job's stream stays open by design; read one event and stop.
 #   The document describes the stream as `text/event-stream` with an untyped schema
 #   (outside the JSON models: generated clients do not parse it as JSON).
@@ -90,7 +94,7 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 
 
 [[operations]]
 include-operation-id = "schedules-create"
-checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 413, 422]
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 413, 422]
 checks.negative_data_rejection.expected-statuses = [
     400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429,
 ]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import structlog
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -113,6 +114,41 @@ async def test_a_feeds_first_read_failing_is_503_database_unavailable(
     assert access["status"] == 503
     assert feeds.caps.watching == 0, "the refused watcher gave its slot back"
     assert feeds.feeds == 0, "a feed that never read is not kept"
+
+
+async def test_an_outage_503_is_logged_counted_and_timed_as_503_with_its_request_id(
+    proxied_app: FastAPI, proxied: httpx.AsyncClient, proxy: TcpProxy, keys: Keys
+) -> None:
+    """The unexpected-error handler used to run outside the request-context middleware:
+    the client got 503 database-unavailable, but the access log and
+    atlas_http_requests_total said 500, the latency histogram missed it, and the answer
+    had no X-Request-ID. Now every answer is recorded with the status the client got."""
+    created = await proxied.post("/v1/jobs", json=BUNDLE, headers=keys.a)
+    assert created.status_code == 202, created.text
+    job_id = created.json()["id"]
+    # The key is cached by the first request; the read needs a new connection.
+    proxy.refusing = True
+    proxy.drop_all()
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        down = await proxied.get(
+            f"/v1/jobs/{job_id}", headers={**keys.a, "X-Request-ID": "outage-1"}
+        )
+    assert down.status_code == 503, down.text
+    assert down.json()["type"] == "urn:atlas-jobs:problem:database-unavailable"
+    assert int(down.headers["retry-after"]) > 0
+    assert down.headers["x-request-id"] == "outage-1"
+    [access] = [e for e in logs if e["event"] == "request"]
+    assert (access["status"], access["request_id"]) == (503, "outage-1")
+    [warning] = [e for e in logs if e["event"] == "database_unavailable"]
+    assert warning["request_id"] == "outage-1"
+    registry = proxied_app.state.atlas.metrics.registry
+    route = {"method": "GET", "route": "/v1/jobs/{job_id}"}
+    assert registry.get_sample_value("atlas_http_requests_total", {**route, "status": "503"}) == 1
+    assert (
+        registry.get_sample_value("atlas_http_requests_total", {**route, "status": "500"}) is None
+    )
+    timed = registry.get_sample_value("atlas_http_request_duration_seconds_count", route)
+    assert timed == 1
 
 
 async def test_a_feed_backs_off_while_the_database_is_down_and_recovers(

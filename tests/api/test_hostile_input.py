@@ -121,3 +121,41 @@ async def test_an_optional_body_is_absent_or_an_object_never_null(
     absent = await client.post(f"/v1/jobs/{job_id}/cancel", headers=keys.a)
     assert absent.status_code == 202
     assert absent.json()["state"] == "canceled"
+
+
+async def test_a_json_body_that_is_not_utf8_is_415(client: httpx.AsyncClient, keys: Keys) -> None:
+    """JSON is UTF-8 (RFC 8259 section 8.1); a UTF-16 body used to be decoded and
+    accepted. UTF-8 itself, and charset=utf-8, still are."""
+    text = '{"kind": "atlas.noop", "input": {}}'
+    json_type = {**keys.a, "Content-Type": "application/json"}
+    for encoded, headers in (
+        (text.encode("utf-16"), json_type),  # with its byte order mark
+        (text.encode("utf-16-le"), json_type),
+        (text.encode("utf-32"), json_type),
+        (text.encode(), {**keys.a, "Content-Type": "application/json; charset=utf-16"}),
+    ):
+        refused = await client.post("/v1/jobs", content=encoded, headers=headers)
+        assert_problem(refused, 415, "unsupported-charset")
+    assert (await client.get("/v1/jobs", headers=keys.a)).json()["items"] == []
+    for charset in ("", "; charset=utf-8", '; charset="UTF-8"'):
+        headers = {**keys.a, "Content-Type": "application/json" + charset}
+        accepted = await client.post("/v1/jobs", content=text.encode(), headers=headers)
+        assert accepted.status_code == 202, (charset, accepted.text)
+
+
+async def test_a_method_not_allowed_is_405_whatever_the_body(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """The body guard answered a PUT with a body and no Content-Type 415 before the
+    router could say the method is not allowed."""
+    for headers in ({}, {"Content-Type": "text/plain"}):
+        put = await client.put(
+            f"/v1/jobs/{uuid.uuid4()}", content=b"hello", headers={**keys.a, **headers}
+        )
+        assert_problem(put, 405, "method-not-allowed")
+        assert put.headers["allow"] == "GET"
+    patch = await client.patch("/v1/jobs", content=b"x" * 100_000, headers=keys.a)
+    assert_problem(patch, 405, "method-not-allowed")
+    # where the method is allowed the guard still speaks first
+    wrong_type = await client.post("/v1/jobs", content=b"hello", headers=keys.a)
+    assert_problem(wrong_type, 415, "unsupported-media-type")

@@ -77,3 +77,35 @@ async def test_prefer_wait_does_not_hold_a_finished_job(
     )
     assert read.status_code == 200
     assert read.json()["state"] == "canceled"
+
+
+async def test_prefer_wait_is_an_integer_of_seconds_per_rfc_7240(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """``wait=1e9`` was read as ``wait=1`` (the first digits); an unparsable value is
+    now ignored, a huge one capped, and ``Preference-Applied`` says what was applied.
+    (A finished job is never held: each read answers at once.)"""
+    job_id = (await client.post("/v1/jobs", json=BUNDLE, headers=keys.a)).json()["id"]
+    await client.post(f"/v1/jobs/{job_id}/cancel", headers=keys.a)
+    applied = {}
+    for prefer in (
+        "wait=1e9",
+        "wait=-1",
+        "wait=2.5",
+        "wait=",
+        "wait=99999999999999999999",
+        'respond-async, WAIT="3"; x=y',
+        "wait=2, wait=4",
+    ):
+        read = await client.get(f"/v1/jobs/{job_id}", headers={**keys.a, "Prefer": prefer})
+        assert read.status_code == 200, (prefer, read.text)
+        applied[prefer] = read.headers.get("preference-applied")
+    assert applied == {
+        "wait=1e9": None,
+        "wait=-1": None,
+        "wait=2.5": None,
+        "wait=": None,
+        "wait=99999999999999999999": "wait=5",  # capped at ATLAS_MAX_WAIT_SECONDS
+        'respond-async, WAIT="3"; x=y': "wait=3",
+        "wait=2, wait=4": "wait=2",  # only the first counts
+    }

@@ -181,3 +181,42 @@ def test_a_prompt_client_is_not_affected_by_the_head_timeout(limited_api: LiveAp
             assert http.get("/livez").status_code == 200
             time.sleep(HEAD_TIMEOUT + 0.3)  # idle between requests: keep-alive rules
         assert http.get("/livez").status_code == 200
+
+
+def _raw(api: LiveApi, head: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    with _connect(api) as sock:
+        sock.sendall(head)
+        answer = _read_all(sock)
+    head_part, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head_part.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return status_line.encode(), headers, body
+
+
+def test_a_request_h11_refuses_is_answered_with_a_problem(limited_api: LiveApi) -> None:
+    """A raw NUL in a header or a malformed Content-Length never reaches the app: the
+    server answered uvicorn's ``400 text/plain``; now a problem+json like every answer,
+    without echoing the offending bytes."""
+    for head, detail in (
+        (b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Canary: a\x00secret\r\n\r\n", "header"),
+        (
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 12abc\r\n\r\n{}",
+            "Content-Length",
+        ),
+        (
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            b"Content-Length: 3\r\n\r\n{}",
+            "Content-Length",
+        ),
+    ):
+        status_line, headers, body = _raw(limited_api, head)
+        assert status_line.startswith(b"HTTP/1.1 400"), (head, status_line, body)
+        assert headers["content-type"] == "application/problem+json"
+        assert headers["connection"] == "close"
+        problem = json.loads(body)
+        assert problem["type"] == "urn:atlas-jobs:problem:malformed-request"
+        assert problem["status"] == 400
+        assert detail in problem["detail"], problem
+        assert b"secret" not in body
+    assert httpx.get(f"{limited_api.url}/livez").status_code == 200  # still serving

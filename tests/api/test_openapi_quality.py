@@ -95,3 +95,25 @@ async def test_docs_pages_need_no_internet(client: httpx.AsyncClient) -> None:
             if source.startswith("/docs-assets/"):
                 assert (await client.get(source)).status_code == 200, source
         assert "cdn" not in html.lower()
+
+
+def _keys(node: Any, path: str = "") -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        found = [(path, key) for key in node if key in {"ge", "le", "gt", "lt"}]
+        for key, child in node.items():
+            found += _keys(child, f"{path}/{key}")
+        return found
+    if isinstance(node, list):
+        return [hit for index, child in enumerate(node) for hit in _keys(child, f"{path}/{index}")]
+    return []
+
+
+def test_bounds_are_json_schema_keywords_the_server_enforces() -> None:
+    """pydantic's ``ge``/``le`` on an optional field used to leak into the document as
+    unknown keys: ScheduleChange showed catch_up_limit and misfire_grace_seconds
+    unbounded while the server refused 0."""
+    assert _keys(DOCUMENT) == []
+    change = SCHEMAS["ScheduleChange"]["properties"]
+    assert (change["catch_up_limit"]["minimum"], change["catch_up_limit"]["maximum"]) == (1, 1000)
+    grace = change["misfire_grace_seconds"]
+    assert (grace["minimum"], grace["maximum"]) == (1, 86_400)

@@ -124,6 +124,43 @@ async def test_review_approve_reject_and_409_when_not_waiting(
     assert bad.status_code == 422
 
 
+async def test_a_repeated_review_decision_is_a_replay_and_the_other_one_conflicts(
+    client: httpx.AsyncClient, keys: Keys, driver: Driver
+) -> None:
+    """Like a repeated cancel: the same decision after it took effect answers the status
+    (200, Idempotency-Replayed), records nothing; the other decision is 409 naming the
+    one that took effect (before: both were 409 not-awaiting-review)."""
+    approve_me, reject_me = await new_job(client, keys), await new_job(client, keys)
+    for job_id in (approve_me, reject_me):
+        await driver.await_review(job_id)
+
+    async def review(job_id: str, decision: str) -> httpx.Response:
+        return await client.post(
+            f"/v1/jobs/{job_id}/review", json={"decision": decision}, headers=keys.rev
+        )
+
+    for job_id, decision, other in (
+        (approve_me, "approve", "reject"),
+        (reject_me, "reject", "approve"),
+    ):
+        first = await review(job_id, decision)
+        assert first.status_code == 202, first.text
+        assert "idempotency-replayed" not in first.headers
+        history = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.a)).json()
+        again = await review(job_id, decision)
+        assert again.status_code == 200, again.text
+        assert again.headers["idempotency-replayed"] == "true"
+        assert again.json()["state"] == first.json()["state"]
+        assert again.json()["reason"] == first.json()["reason"]
+        conflict = await review(job_id, other)
+        assert conflict.status_code == 409, conflict.text
+        problem = conflict.json()
+        assert problem["type"].endswith("conflicting-decision")
+        assert (problem["decision"], problem["state"]) == (decision, first.json()["state"])
+        after = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.a)).json()
+        assert after == history, "neither the replay nor the conflict is recorded"
+
+
 async def test_queue_view_counts_per_kind_and_state_for_operators_only(
     client: httpx.AsyncClient, keys: Keys, driver: Driver
 ) -> None:

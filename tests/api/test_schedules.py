@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import httpx
@@ -13,6 +15,7 @@ from atlas_jobs._app.db.schema import job_webhooks
 from atlas_jobs._app.transitions import Transitions
 from atlas_jobs._workers.scheduler import Scheduler
 from tests.api.support import BUNDLE_INPUT, Keys
+from tests.support import REPO
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -147,11 +150,13 @@ async def test_fires_list_the_ticks_and_their_jobs(
     schedule = (
         await client.post(
             "/v1/schedules",
-            json=body(cron="* * * * * *", timezone="UTC", job={"kind": "atlas.noop", "input": {}}),
+            json=body(
+                cron="* * * * * */10", timezone="UTC", job={"kind": "atlas.noop", "input": {}}
+            ),
             headers=keys.a,
         )
     ).json()
-    clock.advance(3.5)
+    clock.advance(35)
     made = await Scheduler(engine, transitions).run_once()
     assert made >= 3
     page = await client.get(schedule["url"] + "/fires", params={"limit": 2}, headers=keys.a)
@@ -191,17 +196,17 @@ async def test_a_schedules_jobs_notify_its_owners_endpoint(
     )
     job = {"kind": "atlas.noop", "input": {}, "notify": bobs.json()["id"]}
     refused = await client.post(
-        "/v1/schedules", json=body(cron="* * * * * *", job=job), headers=keys.a
+        "/v1/schedules", json=body(cron="* * * * * */10", job=job), headers=keys.a
     )
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["loc"] == ["body", "job", "notify"]
     job["notify"] = hook.json()["id"]
     made = await client.post(
-        "/v1/schedules", json=body(cron="* * * * * *", job=job), headers=keys.a
+        "/v1/schedules", json=body(cron="* * * * * */10", job=job), headers=keys.a
     )
     assert made.status_code == 201
     assert made.json()["job"]["notify"] == hook.json()["id"]
-    clock.advance(2.5)
+    clock.advance(25)
     assert await Scheduler(engine, transitions).run_once() >= 2
     async with engine.connect() as conn:
         attached = (await conn.execute(select(job_webhooks.c.webhook_id))).all()
@@ -217,11 +222,11 @@ async def test_the_queue_view_shows_schedules_with_their_next_tick_and_lateness(
 ) -> None:
     made = (
         await client.post(
-            "/v1/schedules", json=body(cron="* * * * * *", timezone="UTC"), headers=keys.a
+            "/v1/schedules", json=body(cron="* * * * * */10", timezone="UTC"), headers=keys.a
         )
     ).json()
     paused = (await client.post("/v1/schedules", json=body(enabled=False), headers=keys.b)).json()
-    clock.advance(30)  # no scheduler runs: the tick falls behind
+    clock.advance(40)  # no scheduler runs: the tick falls behind
     view = await client.get("/v1/queue", headers=keys.op)
     assert view.status_code == 200
     shown = {s["id"]: s for s in view.json()["schedules"]}
@@ -232,3 +237,28 @@ async def test_the_queue_view_shows_schedules_with_their_next_tick_and_lateness(
     assert line["kind"] == "atlas.bundle"
     assert view.json()["webhooks_pending"] == 0
     assert (await client.get("/v1/queue", headers=keys.a)).status_code == 403
+
+
+async def test_every_before_the_documented_pattern_matches_is_served(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """``before=0000-01-01T00:00:00Z`` matched the documented pattern and was 422 (no
+    year 0); now the pattern names years 0001-9999, and an instant a datetime cannot
+    hold in UTC (the first and last years with an offset) is still a bound."""
+    document = json.loads((REPO / "openapi" / "openapi.json").read_text())
+    [parameter] = [
+        p
+        for p in document["paths"]["/v1/schedules/{schedule_id}/fires"]["get"]["parameters"]
+        if p["name"] == "before"
+    ]
+    pattern = re.compile(parameter["schema"]["anyOf"][0]["pattern"])
+    schedule = (await client.post("/v1/schedules", json=body(), headers=keys.a)).json()
+    fires = schedule["url"] + "/fires"
+    assert not pattern.match("0000-01-01T00:00:00Z")
+    year_zero = await client.get(fires, params={"before": "0000-01-01T00:00:00Z"}, headers=keys.a)
+    assert year_zero.status_code == 422
+    for edge in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z"):
+        assert pattern.match(edge)
+        page = await client.get(fires, params={"before": edge}, headers=keys.a)
+        assert page.status_code == 200, (edge, page.text)
+        assert page.json()["items"] == []

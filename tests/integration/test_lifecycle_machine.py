@@ -506,6 +506,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if target is not None:
             self.move(job, target)
             job.wait_reason = reason
+            job.charged = max(job.charged - 1, 0)  # a business wait is not charged
             job.wait_deadline = self.offset() + WAIT_DEADLINE
 
     @precondition(lambda self: self.some("stop_canceled"))

@@ -35,9 +35,13 @@ class WorkerSettings:
     result_ttl_seconds: float = 3600.0
     scheduler_interval_seconds: float = 0.25
     prefetch: int | None = None  # ATLAS_WORKER_PREFETCH; None: the service's default
+    admission_max_active_per_owner: int | None = None  # None: the service's default
 
     def env(self) -> dict[str, str]:
         prefetch = {} if self.prefetch is None else {"ATLAS_WORKER_PREFETCH": str(self.prefetch)}
+        if self.admission_max_active_per_owner is not None:
+            cap = str(self.admission_max_active_per_owner)
+            prefetch["ATLAS_ADMISSION_MAX_ACTIVE_PER_OWNER"] = cap
         return prefetch | {
             "ATLAS_LEASE_SECONDS": str(self.lease_seconds),
             "ATLAS_REAPER_INTERVAL_SECONDS": str(self.reaper_interval_seconds),

@@ -16,6 +16,7 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import schedules
 from atlas_jobs._app.db.schema import job_history, schedule_fires
 from atlas_jobs._app.scheduling import MisfirePolicy, parse
+from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually
 
@@ -141,3 +142,52 @@ async def test_after_an_outage_catch_up_fires_the_missed_ticks_once_and_skip_doe
     skipped = await ticks_of(engine, skip.id)
     assert [t for t in skipped if down_from + 2 * ONE_SECOND < t < back - ONE_SECOND] == []
     assert len(gaps(skipped)) == 1
+
+
+async def test_ticks_beyond_the_owners_cap_are_refused_and_recorded_then_fire_again(
+    engine: AsyncEngine, make_fleet: MakeFleet, transitions: Transitions
+) -> None:
+    """With the owner at its cap of unfinished jobs (three jobs no worker can run), a
+    worker process's scheduler refuses every tick -- recorded with its reason, the owner
+    never beyond the cap -- and fires again once a job ends and frees a place."""
+    parked = [
+        NewJob(
+            owner="alice",
+            kind="atlas.noop",
+            kind_version=99,  # no handler: stays queued
+            input={},
+            max_attempts=1,
+            max_elapsed_seconds=600,
+        )
+        for _ in range(3)
+    ]
+    async with engine.begin() as conn:
+        created = await transitions.create_many(conn, parked, actor=Actor("client", "alice"))
+    fleet = make_fleet(admission_max_active_per_owner=3)
+    fleet.start("capped", concurrency=2)
+    schedule = await add_schedule(engine, MisfirePolicy.SKIP)
+
+    async def fires() -> list[Any]:
+        async with engine.connect() as conn:
+            return list(await schedules.fires(conn, schedule.id, before=None, limit=1000))
+
+    refused = await eventually(
+        fires, lambda rows: len(rows) >= 3, timeout=60, interval=0.25, what="three ticks"
+    )
+    assert {(row.job_id, row.refusal) for row in refused} == {(None, "owner_at_capacity")}
+    async with engine.connect() as conn:
+        row = await schedules.get(conn, schedule.id, owner=None)
+    assert row is not None
+    assert (row.fired_count, row.refused_count >= 3) == (0, True)
+    assert row.last_refusal == "owner_at_capacity"
+
+    async with engine.begin() as conn:  # a place frees up: the next ticks fire
+        await transitions.request_cancel(conn, created[0].job.id, actor=Actor("client", "alice"))
+    made = await eventually(
+        fires,
+        lambda rows: any(r.job_id is not None for r in rows),
+        timeout=60,
+        interval=0.25,
+        what="a tick that created a job",
+    )
+    assert all(r.refusal is None for r in made if r.job_id is not None), fleet.logs()

@@ -63,7 +63,7 @@ batch_router = APIRouter(prefix="/v1", tags=["jobs"])
 MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
-_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d{1,6})\"?", re.IGNORECASE)
+_DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
 
 
 def actor_for(principal: Principal) -> Actor:
@@ -210,12 +210,25 @@ async def list_jobs(
 
 
 def _prefer_wait(prefer: str | None, cap: float) -> int | None:
+    """The ``wait`` preference (RFC 7240 section 4.3: ``wait=delta-seconds``, an integer
+    of seconds) capped at ``cap``; ``None`` when there is none or its value is not an
+    integer (``wait=1e9``, ``wait=-1``, ``wait=2.5``): a preference the server cannot
+    parse is ignored, never half-read. Preferences are comma-separated, each ``name
+    [= value] *(; parameter)``; names are case-insensitive, a value may be quoted, and
+    only the first ``wait`` counts (section 2)."""
     if not prefer:
         return None
-    found = _PREFER_WAIT.search(prefer)
-    if found is None:
-        return None
-    return int(min(int(found.group(1)), cap))
+    for preference in prefer.split(","):
+        name, _, value = preference.split(";", 1)[0].partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        if not _DELTA_SECONDS.fullmatch(value):
+            return None
+        return int(min(int(value), cap))
+    return None
 
 
 @router.get(

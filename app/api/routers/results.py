@@ -26,7 +26,7 @@ from atlas_jobs._app.api.errors import (
 from atlas_jobs._app.api.reading import read_status_once
 from atlas_jobs._app.api.responses import problems, public_problems
 from atlas_jobs._app.api.schemas import DeliveryPublic, ResultPublic
-from atlas_jobs._app.api.views import effective_delivery, result_files
+from atlas_jobs._app.api.views import effective_delivery, result_files, result_publication
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
@@ -42,7 +42,10 @@ router = APIRouter(prefix="/v1", tags=["results"])
     responses=problems(404, 409, 410, 422),
 )
 async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal) -> Any:
-    """200 only when delivery is ``available``; 409 names state and delivery otherwise."""
+    """200 only when delivery is ``available``; 409 names state and delivery otherwise.
+    The reference is the kind's: signed URLs of the published files, and for a kind that
+    publishes outside the service (`document.publish`) the destination, the operation
+    id and the destination's receipt (`publication`)."""
     bind_job(job_id)
     job, public = await read_status_once(
         state.engine, job_id, owner=visible_owner(principal), clock=state.clock
@@ -67,6 +70,7 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
         delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
         files=files,
         reference={k: v for k, v in (job.result_ref or {}).items() if k != "files"},
+        publication=result_publication(job),
     )
 
 

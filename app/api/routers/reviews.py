@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response, status
 from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import FourEyesError
 from atlas_jobs._app.api.reading import answer, settle
-from atlas_jobs._app.api.responses import problems
+from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
 from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
 
@@ -23,6 +23,12 @@ router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
     response_model=JobPublic,
     summary="Approve or reject a job waiting for review",
     responses={
+        status.HTTP_200_OK: {
+            "model": JobPublic,
+            "description": "A replay: the same decision took effect before; nothing changed "
+            "(`Idempotency-Replayed: true`), the body is the status now.",
+            "headers": headers("Idempotency-Replayed"),
+        },
         status.HTTP_202_ACCEPTED: {"description": "Approved (queued) or rejected (failed)."},
         **problems(400, 403, 404, 409, 413, 415, 422),
     },
@@ -34,9 +40,12 @@ async def create_review(
     principal: ReviewerPrincipal,
     response: Response,
 ) -> JobPublic:
-    """Only a job waiting with reason `review` can be decided; any other state or wait
-    is answered 409 with the current state. A decision that arrives after the review
-    deadline loses to it (the deadline's rule is applied first): 409
+    """Only a job waiting with reason `review` can be decided. The same decision repeated
+    after it took effect is a replay: 200 with the status now and
+    `Idempotency-Replayed: true`, nothing recorded again. The other decision after one
+    took effect is 409 `conflicting-decision` (the problem names the `decision` that
+    took effect); any other state or wait is 409 with the current state. A decision
+    that arrives after the review deadline loses to it (the deadline's rule is applied first): 409
     `decision-too-late`, and the late decision is recorded in the history. With the
     default review scope a reviewer decides its own owner's jobs only: another owner's
     job is 404, as for any read. With four-eyes reviews on (`ATLAS_REVIEW_FOUR_EYES`),

@@ -9,14 +9,19 @@ processes' scheduler (:mod:`atlas_jobs._workers.scheduler`), exactly once per ti
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, visible_owner
-from atlas_jobs._app.api.errors import ForbiddenError, InvalidRequestError, ScheduleNotFoundError
+from atlas_jobs._app.api.errors import (
+    ForbiddenError,
+    InvalidRequestError,
+    ScheduleNotFoundError,
+    TooManySchedulesError,
+)
 from atlas_jobs._app.api.jobcreation import validated_input
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
@@ -34,9 +39,11 @@ from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.db import schedules, webhooks
 from atlas_jobs._app.scheduling import (
     Cron,
+    FireRefusal,
     InvalidScheduleError,
     MisfirePolicy,
     OverlapPolicy,
+    check_interval,
     parse,
 )
 
@@ -44,8 +51,12 @@ router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 MAX_PAGE = 100
 CURSOR_PATTERN = r"^s[0-9]{1,18}$"
+# RFC 3339 with the years an instant can have here (0001-9999: year 0000 matched before
+# and was 422). What a pattern cannot say -- a day the month lacks (2026-02-30) -- is 422
+# naming query.before.
 INSTANT_PATTERN = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])-"
+    r"(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
     r"[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -84,14 +95,21 @@ def _public(row: Any) -> SchedulePublic:
         last_job_id=row.last_job_id,
         last_job_url=job_path(row.last_job_id) if row.last_job_id else None,
         fired_count=row.fired_count,
+        refused_count=row.refused_count,
+        last_refused_at=row.last_refused_at,
+        last_refusal=FireRefusal(row.last_refusal) if row.last_refusal else None,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def _cron(expression: str, timezone: str) -> Cron:
+def _cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cron:
+    """The validated expression: parsed in its zone, and no ticks closer than the
+    minimum interval (``ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS``); 422 naming the field."""
     try:
-        return parse(expression, timezone)
+        cron = parse(expression, timezone)
+        check_interval(cron, min_interval_seconds)
+        return cron
     except InvalidScheduleError as exc:
         raise InvalidRequestError(
             exc.message,
@@ -104,14 +122,21 @@ def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     return spec.name, spec.version, normalized
 
 
-def _instant(value: str) -> datetime:
+def _instant(value: str) -> datetime | None:
+    """The instant of ``before`` in UTC; ``None`` when it lies past the last instant a
+    datetime holds (``9999-12-31T23:59:59-01:00``: no bound), ``datetime.min`` (as UTC)
+    when before the first (``0001-01-01T00:00:00+01:00``: nothing is earlier)."""
     try:
-        return datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidRequestError(
             "before is not a valid instant",
             errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
         ) from None
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None if parsed.year == datetime.max.year else datetime.min.replace(tzinfo=UTC)
 
 
 async def _check_notify(conn: AsyncConnection, owner: str, job: JobCreateBase) -> None:
@@ -145,15 +170,35 @@ def _owner_for(principal: Principal, requested: str | None) -> str:
     summary="Create a schedule",
     responses={
         201: {"description": "Created.", "headers": headers("Location")},
-        **problems(400, 403, 413, 415, 422),
+        **problems(
+            400,
+            403,
+            409,
+            413,
+            415,
+            422,
+            models={409: Problem},
+            descriptions={
+                409: "The owner already has as many schedules as allowed "
+                "(`too-many-schedules`, ATLAS_SCHEDULE_MAX_PER_OWNER): delete one first.",
+            },
+        ),
     },
 )
 async def create_schedule(
     body: ScheduleCreate, state: StateDep, principal: CurrentPrincipal, response: Response
 ) -> SchedulePublic:
     """Validate the expression, the time zone and the job now (422 naming the field), so
-    a tick never meets an input it cannot run."""
-    cron = _cron(body.cron, body.timezone)
+    a tick never meets an input it cannot run. Ticks closer than
+    ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS (default 10 s) are 422 naming `body.cron`; an
+    owner with ATLAS_SCHEDULE_MAX_PER_OWNER schedules (default 100) gets 409
+    `too-many-schedules`. A tick's job is admitted like any `POST /v1/jobs`: while the
+    owner is at its cap of unfinished jobs the tick is refused and recorded
+    (`refusal: owner_at_capacity` in the fire history, `refused_count` here)."""
+    settings = state.settings
+    cron = _cron(
+        body.cron, body.timezone, min_interval_seconds=settings.schedule_min_interval_seconds
+    )
     kind, kind_version, job_input = _job(body.job)
     owner = _owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
@@ -173,7 +218,17 @@ async def create_schedule(
     async with state.engine.begin() as conn:
         await _check_notify(conn, owner, body.job)
         row = await schedules.insert(
-            conn, spec, created_by=str(_actor(principal)), clock=state.clock
+            conn,
+            spec,
+            created_by=str(_actor(principal)),
+            clock=state.clock,
+            max_per_owner=settings.schedule_max_per_owner,
+        )
+    if isinstance(row, int):
+        raise TooManySchedulesError(
+            f"{owner} has {row} schedules (limit {settings.schedule_max_per_owner}); "
+            "delete one first",
+            limit=settings.schedule_max_per_owner,
         )
     response.headers["Location"] = schedule_path(row.id)
     return _public(row)
@@ -267,7 +322,11 @@ async def change_schedule(
             current = await schedules.get(conn, schedule_id, owner=owner)
             if current is None:
                 raise ScheduleNotFoundError()
-            cron = _cron(body.cron or current.cron, body.timezone or current.timezone)
+            cron = _cron(
+                body.cron or current.cron,
+                body.timezone or current.timezone,
+                min_interval_seconds=state.settings.schedule_min_interval_seconds,
+            )
             changes["cron"], changes["timezone"] = cron.expression, cron.timezone
         row = await schedules.change(
             conn, schedule_id, owner=owner, changes=changes, clock=state.clock
@@ -298,7 +357,7 @@ async def delete_schedule(
     "/{schedule_id}/fires",
     name="fires",
     response_model=ScheduleFirePage,
-    summary="The ticks a schedule fired and the job each created",
+    summary="The ticks a schedule fired and the job each created, or why none",
     responses={**problems(422), **_NOT_FOUND},
 )
 async def schedule_fires(
@@ -328,6 +387,7 @@ async def schedule_fires(
                 job_id=row.job_id,
                 job_url=job_path(row.job_id) if row.job_id else None,
                 recorded_at=row.created_at,
+                refusal=FireRefusal(row.refusal) if row.refusal else None,
             )
             for row in shown
         ],

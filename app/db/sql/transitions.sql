@@ -582,7 +582,7 @@ WITH input AS (
 SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, created_at, finished_at FROM moved;
 
 -- name: wait_full
--- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait.
+-- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait; the attempt is not charged.
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
 ), locked AS (
@@ -601,6 +601,7 @@ WITH input AS (
            current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
            lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
            worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           charged_attempts = greatest(j.charged_attempts - 1, 0),
            wait_deadline_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds), wait_on_deadline = i.rule
       FROM locked JOIN input AS i ON i.job_id = locked.id
      WHERE j.id = locked.id
@@ -613,7 +614,7 @@ WITH input AS (
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
     UPDATE attempts AS a
-       SET outcome = 'waiting', ended_at = (now() + make_interval(secs => :clock_offset)), error = moved.step_error
+       SET outcome = 'waiting', ended_at = (now() + make_interval(secs => :clock_offset)), error = moved.step_error, charged = 0
       FROM moved
      WHERE a.id = moved.moved_attempt_id
 ), recorded AS (
@@ -626,7 +627,7 @@ WITH input AS (
 SELECT * FROM moved;
 
 -- name: wait_brief
--- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait.
+-- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait; the attempt is not charged.
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
 ), locked AS (
@@ -645,6 +646,7 @@ WITH input AS (
            current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
            lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
            worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           charged_attempts = greatest(j.charged_attempts - 1, 0),
            wait_deadline_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds), wait_on_deadline = i.rule
       FROM locked JOIN input AS i ON i.job_id = locked.id
      WHERE j.id = locked.id
@@ -657,7 +659,7 @@ WITH input AS (
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
     UPDATE attempts AS a
-       SET outcome = 'waiting', ended_at = (now() + make_interval(secs => :clock_offset)), error = moved.step_error
+       SET outcome = 'waiting', ended_at = (now() + make_interval(secs => :clock_offset)), error = moved.step_error, charged = 0
       FROM moved
      WHERE a.id = moved.moved_attempt_id
 ), recorded AS (

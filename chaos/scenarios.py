@@ -590,10 +590,21 @@ async def duplicates(cluster: Cluster, config: Config, row: Row) -> None:
                 )
             )
             codes = [a.status_code for a in answers if a is not None]
-            review_ok &= codes.count(202) == 1 and all(c in (202, 409) for c in codes)
+            review_ok &= codes.count(202) == 1 and all(c in (200, 202, 409) for c in codes)
+            # The same decision again is a replay of the one that took effect; the
+            # other decision conflicts with it.
+            review_ok &= all(
+                a.headers.get("Idempotency-Replayed") == "true"
+                for a in answers
+                if a is not None and a.status_code == 200
+            )
             history = (await http.get(f"/v1/jobs/{job}/history")).json()["items"]
             review_ok &= sum(1 for h in history if h["from"] == "waiting") == 1
-    row.check("reviews: exactly one decision accepted (202), the others 409", review_ok)
+    row.check(
+        "reviews: exactly one decision accepted (202), the same one again a replay (200), "
+        "the other 409",
+        review_ok,
+    )
 
     final = await cluster.states(accepted)
     row.figures = await cluster.figures(

@@ -1,6 +1,6 @@
 """``make bench``: the project's own benchmarks (issue 9), one table and one JSON file.
 
-Three sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
+Four sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
 at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
 role must be allowed to create databases):
 
@@ -12,6 +12,12 @@ role must be allowed to create databases):
     request count after a warm-up. Four pairs, each atlas then bare, in one run:
     ``POST /v1/jobs`` without and with a unique ``Idempotency-Key``, ``GET /v1/jobs/{id}``
     answered 200 and 304 (``If-None-Match``). Ratio: atlas req/s / bare req/s.
+``kinds``
+    What the public kind API costs: the peer benchmark's adapter drains the same no-op
+    jobs (``BENCH_KIND_JOBS``) and measures their pickup latency with the job kind declared
+    on the public API (``benchmarks/peer-adapter``) and with a bare engine handler
+    (``benchmarks/peer-adapter-engine``), alternated ``BENCH_KIND_ROUNDS`` times in the
+    same minutes. Ratios: the best drain rate of each, the best pickup p50 of each.
 ``claim``
     ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
     by ``INSERT ... SELECT generate_series``, 100,000 rows per statement, with
@@ -42,7 +48,9 @@ role must be allowed to create databases):
 
 Knobs (environment variables, defaults in brackets):
 
-- ``BENCH_SECTIONS`` [``http,claim,bloat``]: which sections run.
+- ``BENCH_SECTIONS`` [``http,kinds,claim,bloat``]: which sections run.
+- ``BENCH_KIND_JOBS`` [10000], ``BENCH_KIND_LATENCY_JOBS`` [100], ``BENCH_KIND_ROUNDS``
+  [2]: the kinds section's drain size, latency jobs and rounds.
 - ``BENCH_HTTP_REQUESTS`` [3000], ``BENCH_HTTP_WARMUP`` [300],
   ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
@@ -143,13 +151,16 @@ class Knobs:
     results_dir: Path
     keep_databases: bool
     budget_seconds: int
+    kind_jobs: int
+    kind_latency_jobs: int
+    kind_rounds: int
 
     @classmethod
     def from_environment(cls) -> Knobs:
         sections = tuple(
-            s.strip() for s in os.environ.get("BENCH_SECTIONS", "http,claim,bloat").split(",")
+            s.strip() for s in os.environ.get("BENCH_SECTIONS", "http,kinds,claim,bloat").split(",")
         )
-        unknown = set(sections) - {"http", "claim", "bloat"}
+        unknown = set(sections) - {"http", "kinds", "claim", "bloat"}
         if unknown:
             raise SystemExit(f"BENCH_SECTIONS: unknown section(s) {sorted(unknown)}")
         return cls(
@@ -166,6 +177,9 @@ class Knobs:
             results_dir=Path(os.environ.get("BENCH_RESULTS_DIR", REPO / "benchmarks" / "results")),
             keep_databases=os.environ.get("BENCH_KEEP_DATABASES", "") not in ("", "0"),
             budget_seconds=_int("BENCH_BUDGET_SECONDS", 540),
+            kind_jobs=_int("BENCH_KIND_JOBS", 10000),
+            kind_latency_jobs=_int("BENCH_KIND_LATENCY_JOBS", 100),
+            kind_rounds=_int("BENCH_KIND_ROUNDS", 2),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -181,6 +195,9 @@ class Knobs:
             "churn_batch": self.churn_batch,
             "churn_retention_seconds": self.churn_retention_seconds,
             "budget_seconds": self.budget_seconds,
+            "kind_jobs": self.kind_jobs,
+            "kind_latency_jobs": self.kind_latency_jobs,
+            "kind_rounds": self.kind_rounds,
         }
 
 
@@ -874,6 +891,84 @@ async def section_bloat(base_url: str, knobs: Knobs, run_id: str, budget: Budget
 # -- report ---------------------------------------------------------------------------
 
 
+# -- the public kind API's cost --------------------------------------------------------
+
+ADAPTERS = {
+    "kind": REPO / "benchmarks" / "peer-adapter",
+    "engine": REPO / "benchmarks" / "peer-adapter-engine",
+}
+"""The peer benchmark's adapter with the job kind declared on the public API (``kind``)
+and with a bare engine handler (``engine``): the same jobs, claims and publications."""
+
+
+def adapter_call(url: str, handler: str, *args: str) -> dict[str, Any]:
+    """One call of the peer adapter (its own database, dropped and migrated)."""
+    done = subprocess.run(  # noqa: S603 - our own adapter script
+        [str(ADAPTERS[handler]), "--database-url", url, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"peer adapter ({handler}) failed: {done.stderr[-2000:]}")
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+async def section_kinds(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
+    """Drain and pickup of the same no-op jobs run by the kind declared on the public API
+    and by a bare engine handler, alternated (``kind``, ``engine``, ...) in the same
+    minutes: the ratio is what the public API costs."""
+    url = with_database(base_url, f"atlas_bench_kinds_{run_id}")
+    drains: dict[str, list[float]] = {"kind": [], "engine": []}
+    pickups: dict[str, list[float]] = {"kind": [], "engine": []}
+    try:
+        for _ in range(knobs.kind_rounds):
+            for handler in ("kind", "engine"):
+                drain = adapter_call(
+                    url,
+                    handler,
+                    "--mode",
+                    "drain",
+                    "--jobs",
+                    str(knobs.kind_jobs),
+                    "--concurrency",
+                    "16",
+                )
+                drains[handler].append(float(drain["jobs_per_sec"]))
+                latency = adapter_call(
+                    url,
+                    handler,
+                    "--mode",
+                    "latency",
+                    "--jobs",
+                    str(knobs.kind_latency_jobs),
+                    "--interval-ms",
+                    "20",
+                    "--concurrency",
+                    "1",
+                )
+                pickups[handler].append(float(latency["p50_ms"]))
+    finally:
+        await drop_database(url)
+    drain_kind, drain_engine = max(drains["kind"]), max(drains["engine"])
+    pickup_kind, pickup_engine = min(pickups["kind"]), min(pickups["engine"])
+    log(
+        f"kinds: drain {drain_kind:.0f} / {drain_engine:.0f} jobs/s, pickup p50 "
+        f"{pickup_kind:.2f} / {pickup_engine:.2f} ms (public kind / engine handler)"
+    )
+    return {
+        "jobs": knobs.kind_jobs,
+        "rounds": knobs.kind_rounds,
+        "drain_jobs_per_sec": drains,
+        "pickup_p50_ms": pickups,
+        "drain_ratio": round(drain_kind / drain_engine, 3),
+        "pickup_ratio": round(pickup_kind / pickup_engine, 3),
+    }
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -904,6 +999,29 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                     "met": pair["ratio"] >= goal,
                 }
             )
+    kinds = results.get("kinds")
+    if kinds:
+        drains, pickups = kinds["drain_jobs_per_sec"], kinds["pickup_p50_ms"]
+        rows.append(
+            {
+                "figure": f"drain of {kinds['jobs']:,} no-op jobs (public kind / engine handler)",
+                "measured": f"{max(drains['kind']):.0f} jobs/s",
+                "baseline": f"{max(drains['engine']):.0f} jobs/s",
+                "ratio": kinds["drain_ratio"],
+                "goal": ">= 0.95",
+                "met": kinds["drain_ratio"] >= 0.95,
+            }
+        )
+        rows.append(
+            {
+                "figure": "pickup p50, one job every 20 ms (public kind / engine handler)",
+                "measured": f"{min(pickups['kind']):.2f} ms",
+                "baseline": f"{min(pickups['engine']):.2f} ms",
+                "ratio": kinds["pickup_ratio"],
+                "goal": "<= 1.05",
+                "met": kinds["pickup_ratio"] <= 1.05,
+            }
+        )
     claim = results.get("claim")
     if claim:
         big, small = claim["sizes"][-1], claim["sizes"][0]
@@ -1023,6 +1141,8 @@ async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     if "http" in knobs.sections:
         results["http"] = await section_http(base_url, knobs, run_id)
+    if "kinds" in knobs.sections:
+        results["kinds"] = await section_kinds(base_url, knobs, run_id)
     if "claim" in knobs.sections:
         results["claim"] = await section_claim(base_url, knobs, run_id, budget)
     if "bloat" in knobs.sections:

@@ -25,6 +25,9 @@ TINY = {
     "BENCH_CHURN_SIZES": "100,300",
     "BENCH_CHURN_BATCH": "40",
     "BENCH_BUDGET_SECONDS": "600",
+    "BENCH_KIND_JOBS": "200",
+    "BENCH_KIND_LATENCY_JOBS": "10",
+    "BENCH_KIND_ROUNDS": "1",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
@@ -80,6 +83,14 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     assert set(http["status_304"]["atlas"]["statuses"]) == {"304"}
     assert set(http["create"]["atlas"]["statuses"]) == {"202"}
 
+    kinds = report["results"]["kinds"]
+    for side in ("kind", "engine"):
+        assert len(kinds["drain_jobs_per_sec"][side]) == 1
+        assert kinds["drain_jobs_per_sec"][side][0] > 0
+        assert kinds["pickup_p50_ms"][side][0] > 0
+    assert kinds["drain_ratio"] > 0
+    assert kinds["pickup_ratio"] > 0
+
     claim = report["results"]["claim"]
     assert [s["queued"] for s in claim["sizes"]] == [50, 200]
     assert not claim["cut_by_budget"]
@@ -104,8 +115,9 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         assert len(stage["load_average"]) == 3
     assert bloat["ratio"] > 0
 
-    # One goal row per ratio: four HTTP pairs, the claim, the hot table, all three tables.
-    assert len(report["goals"]) == 7
+    # One goal row per ratio: four HTTP pairs, the kind API's drain and pickup, the claim,
+    # the hot table, all three tables.
+    assert len(report["goals"]) == 9
     for row in report["goals"]:
         assert row["ratio"] > 0
         assert f"{row['ratio']:.2f}" in done.stdout

@@ -49,7 +49,58 @@ THREADS = 64
 """Threads for plain ``def`` handlers, shared by the kinds of a process; an abandoned
 (timed-out) handler keeps its thread until it returns."""
 
+TIMEOUT_TICK_SECONDS = 0.05
+"""How often the attempts of a loop are checked against their deadlines."""
+
 _executor: ThreadPoolExecutor | None = None
+
+
+class _Deadlines:
+    """The attempts of one event loop that have a deadline, checked every
+    :data:`TIMEOUT_TICK_SECONDS` by one timer: an attempt past its deadline is cancelled
+    (its handler sees ``CancelledError`` at its current ``await``). Cheaper per job than a
+    timer of its own (``asyncio.timeout`` schedules and cancels one per attempt)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.deadlines: dict[asyncio.Task[Any], float] = {}
+        self.expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, task: asyncio.Task[Any], seconds: float) -> None:
+        self.deadlines[task] = self.loop.time() + seconds
+        if self._timer is None:
+            self._timer = self.loop.call_later(TIMEOUT_TICK_SECONDS, self._check)
+
+    def forget(self, task: asyncio.Task[Any]) -> bool:
+        """Stop watching ``task``; whether its deadline had passed (and it was cancelled)."""
+        self.deadlines.pop(task, None)
+        if task in self.expired:
+            self.expired.discard(task)
+            return True
+        return False
+
+    def _check(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        for task, deadline in list(self.deadlines.items()):
+            if deadline <= now and task not in self.expired:
+                self.expired.add(task)
+                task.cancel()
+        if self.deadlines:
+            self._timer = self.loop.call_later(TIMEOUT_TICK_SECONDS, self._check)
+
+
+_deadlines: dict[asyncio.AbstractEventLoop, _Deadlines] = {}
+
+
+def _deadlines_of(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    found = _deadlines.get(loop)
+    if found is None:
+        for old in [other for other in _deadlines if other.is_closed()]:
+            del _deadlines[old]
+        found = _deadlines[loop] = _Deadlines(loop)
+    return found
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -61,6 +112,7 @@ def _threads() -> ThreadPoolExecutor:
 
 def handler_of(kind: Kind[Any]) -> Handler:
     """The engine's handler for ``kind``."""
+    is_async = kind.is_async
 
     async def run(job: JobContext) -> PublishPlan:
         try:
@@ -71,7 +123,9 @@ def handler_of(kind: Kind[Any]) -> Handler:
             await job.load_checkpoints()
         context = Context(job, kind, data)
         try:
-            value = await _call(kind, context, job)
+            value = await (
+                _call_async(kind, context, job) if is_async else _call_sync(kind, context)
+            )
         except (StopJob, JobError):
             raise
         except Exception as exc:
@@ -82,19 +136,26 @@ def handler_of(kind: Kind[Any]) -> Handler:
     return run
 
 
-async def _call(kind: Kind[Any], context: Context[Any], job: JobContext) -> object:
-    if kind.is_async:
-        handler = cast("Callable[[Context[Any]], Awaitable[object]]", kind.handler)
-        if kind.timeout is None:
-            return await handler(context)
-        limit = asyncio.timeout(kind.timeout)
-        try:
-            async with limit:
-                return await handler(context)
-        except TimeoutError:
-            if not limit.expired() or job.lost:  # the handler's own TimeoutError
-                raise
-            raise _timed_out(kind) from None
+async def _call_async(kind: Kind[Any], context: Context[Any], job: JobContext) -> object:
+    handler = cast("Callable[[Context[Any]], Awaitable[object]]", kind.handler)
+    if kind.timeout is None:
+        return await handler(context)
+    task = asyncio.current_task()
+    assert task is not None
+    deadlines = _deadlines_of(asyncio.get_running_loop())
+    deadlines.watch(task, kind.timeout)
+    try:
+        return await handler(context)
+    except asyncio.CancelledError:
+        if not deadlines.forget(task) or job.lost:  # cancelled for another reason
+            raise
+        task.uncancel()
+        raise _timed_out(kind) from None
+    finally:
+        deadlines.forget(task)
+
+
+async def _call_sync(kind: Kind[Any], context: Context[Any]) -> object:
     loop = asyncio.get_running_loop()
     sync = SyncContext(context, loop)
     future = loop.run_in_executor(_threads(), kind.handler, sync)

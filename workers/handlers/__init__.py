@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from atlas_jobs._app.kinds import KINDS
 from atlas_jobs._app.kinds.registry import Registry
-from atlas_jobs._workers.declared import handler_of
 from atlas_jobs._workers.handlers.base import NO_FILES, Handler, PublishPlan
 
 
 def registry(kinds: Registry | None = None) -> dict[str, Handler]:
     """Every ``kind@version`` key this worker serves, compatible versions included."""
+    from atlas_jobs._workers.declared import handler_of  # it imports this package's base
+
     served = (kinds if kinds is not None else KINDS.registry).served()
     handlers: dict[str, Handler] = {}
     made: dict[str, Handler] = {}

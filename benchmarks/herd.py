@@ -1,4 +1,4 @@
-"""The wake-up herd: claims per job of N idle worker processes (issue 9).
+"""The wake-up herd: claims per job of N idle worker processes (the performance goals).
 
 ``python -m benchmarks.herd --database-url URL [--processes 4] [--concurrency 4]
 [--jobs 300] [--rate 50]`` starts N real processes, each running one

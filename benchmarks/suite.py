@@ -1,4 +1,4 @@
-"""``make bench``: the project's own benchmarks (issue 9), one table and one JSON file.
+"""``make bench``: the project's own benchmarks (performance goals), one table and one JSON file.
 
 Four sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
 at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
@@ -978,7 +978,7 @@ def _fmt_http(r: dict[str, Any]) -> str:
 
 
 def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict[str, Any]]:
-    """Every ratio against issue 9's goal: figure, measured, baseline, ratio, goal, met."""
+    """Every ratio against its performance goal: figure, measured, baseline, ratio, goal, met."""
     rows: list[dict[str, Any]] = []
     http = results.get("http")
     if http:

@@ -1,4 +1,4 @@
-"""The chaos scenarios (issue 8), each with its pass criteria.
+"""The chaos scenarios, each with its pass criteria.
 
 A scenario gets a fresh :class:`~chaos.cluster.Cluster` (its own database on the run's
 embedded PostgreSQL), starts the processes it needs, injects its fault, waits (bounded)

@@ -1,4 +1,4 @@
-"""The reindexer: rebuilds an index of ``jobs`` that outgrew the table's rows (issue 9).
+"""The reindexer: rebuilds an index of ``jobs`` that outgrew the table's rows.
 
 A B-tree never shrinks. Under a steady churn VACUUM removes the dead entries of
 ``jobs``' indexes and recycles their empty pages, so each index settles at about two

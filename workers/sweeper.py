@@ -96,7 +96,7 @@ class Sweeper:
             deadlines += passed
             if seen < self.batch_size:
                 break
-        await self._remove_unreferenced_published()  # issue 8: a crash after expiry
+        await self._remove_unreferenced_published()  # a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
         forgotten = await self._forget_dead_workers()
@@ -174,7 +174,7 @@ class Sweeper:
             log.info("staging.cleaned", jobs=len(finished))
         return len(finished)
 
-    # -- published files nothing references (issue 8, finding 11) ----------------------
+    # -- published files nothing references ----------------------------------------
     # Expiry commits ``expired`` first and removes the files after; a crash in between
     # left them behind for good. This pass lists the published area (names only) and
     # removes the directories of jobs that can never be served again: finished jobs

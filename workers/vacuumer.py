@@ -1,5 +1,5 @@
 """The vacuumer: VACUUM of the hot tables once their dead row versions pass a bound
-(issue 9, bloat).
+(table bloat, one of the performance goals).
 
 Every state change of a job writes a new version of its ``jobs`` row (none is HOT:
 ``state`` is in the partial indexes' predicates), an ``attempts`` version or two, and

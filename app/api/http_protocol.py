@@ -4,7 +4,7 @@ uvicorn closes a keep-alive connection that stays idle *after* a response, but a
 connection that never sends a byte, or trickles its request line and headers one byte at
 a time, is held for as long as the client likes: each holds a file descriptor, and
 enough of them (tens of thousands from one machine, no key needed) leave the process
-none to accept anyone else (issue 8, finding 4). Servers bound this separately from the
+none to accept anyone else (a reliability finding). Servers bound this separately from the
 body (nginx ``client_header_timeout``, Go's ``ReadHeaderTimeout``); so do we:
 
 - the clock starts when the connection is accepted, and again when the first byte of a

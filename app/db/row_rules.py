@@ -3,7 +3,7 @@
 PostgreSQL reads every CHECK constraint of a table from its stored node tree and plans it
 again on every statement that writes the table (``ExecRelCheck``: ``stringToNode``, then
 ``expression_planner`` and ``ExecPrepareExpr``). ``jobs`` had eleven; on a one-job
-create that was a fifth of the server's CPU (issue 9). Here they are the arms of an
+create that was a fifth of the server's CPU (the performance goals). Here they are the arms of an
 IMMUTABLE PL/pgSQL function, which a session plans once; the table's one constraint
 (``ck_jobs_rules``) stores that call. (Not ``LANGUAGE sql``: an SQL function is inlined
 into the expression, and so re-read and re-planned with it.)

@@ -1,6 +1,6 @@
 """Random API calls against the live service while a real worker process runs: every
-status observed follows the lifecycle table (:mod:`chaos.api_machine`; issue 8,
-scenario 11). Bounded: a few examples of a few steps, about a minute."""
+status observed follows the lifecycle table (:mod:`chaos.api_machine`;
+chaos scenario 11). Bounded: a few examples of a few steps, about a minute."""
 
 from __future__ import annotations
 

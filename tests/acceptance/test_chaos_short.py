@@ -1,4 +1,4 @@
-"""The short chaos configuration (issue 8) in the suite: the cheaper scenarios of
+"""The short chaos configuration in the suite: the cheaper scenarios of
 ``make chaos CHAOS=short`` -- PostgreSQL stopped with ``-m immediate`` under load, a
 network proxy resetting, stalling and losing commit acknowledgements, workers under
 libfaketime, the LISTEN connection killed, an idle transaction held, duplicate

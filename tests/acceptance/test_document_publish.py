@@ -1,4 +1,4 @@
-"""``document.publish`` end to end (issue 10): the review gate, its deadline rules and
+"""``document.publish`` end to end: the review gate, its deadline rules and
 late decisions, external operations reconciled before any repeat, signals, the
 per-destination limit across processes, kill -9 between applying and recording, and
 the roles. Real processes only: the API, worker processes, the test destination."""

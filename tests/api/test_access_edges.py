@@ -1,5 +1,5 @@
-"""Issue 8, findings 6 and 10, and SPEC's retention boundary: who may act, what outlives
-what, and a history that neither grows without bound nor gets cut."""
+"""Reliability findings and the retention boundary (docs/protocol.md §6): who may act,
+what outlives what, and a history that neither grows without bound nor gets cut."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ async def test_admission_answers_over_real_http(
 async def test_concurrent_creations_never_overshoot_the_owner_cap(
     limited: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    """Issue 8, finding 7: count-then-insert without a lock let concurrent creations all
+    """A reliability finding: count-then-insert without a lock let concurrent creations all
     see room for one more. Under the owner's admission lock exactly the cap gets in."""
     async with engine.begin() as conn:
         key = await create_key(conn, owner="racer", roles=[Role.CLIENT])

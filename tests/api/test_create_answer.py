@@ -1,4 +1,4 @@
-"""The 202 of a creation is the job's status as a read right after it shows it (issue 9):
+"""The 202 of a creation is the job's status as a read right after it shows it:
 built from the status columns the creation statement answers (``JOB_STATUS_COLUMNS``),
 not the whole row, it is the same body -- and the same ETag -- as ``GET`` answers, for
 one job, one job with a key (its own statement) and a batch."""

@@ -1,4 +1,4 @@
-"""Long-polls and event streams fan out from one read per change (issue 8, finding 2).
+"""Long-polls and event streams fan out from one read per change (a reliability finding).
 
 Before: every change woke every subscriber and each re-read the job through the pool
 (3 x 1,000 watchers gave hundreds of 500s); nothing bounded watchers per key; and an
@@ -288,7 +288,7 @@ async def test_a_bystander_is_answered_while_300_long_polls_wait(
 async def test_an_event_stream_resumes_across_more_history_than_a_feed_holds(
     client: httpx.AsyncClient, keys: Keys, driver: Driver
 ) -> None:
-    """Before: ``/events`` stopped after 1,000 transitions (issue 8, finding 6)."""
+    """Before: ``/events`` stopped after 1,000 transitions (a reliability finding)."""
     job_id = await create(client, keys.a)
     await cancel(driver, job_id)
     extra = 2 * HISTORY_KEPT + 500

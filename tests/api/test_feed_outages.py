@@ -1,4 +1,4 @@
-"""Feeds while the database is away, and held reads whose client leaves (issue 8).
+"""Feeds while the database is away, and held reads whose client leaves.
 
 The API talks to PostgreSQL through a real TCP proxy (:mod:`chaos.proxy`) that the
 test can make refuse new connections and reset open ones, so "the database is down" is

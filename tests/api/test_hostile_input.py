@@ -1,4 +1,4 @@
-"""Hostile or careless input is a 422 problem naming the field, never a 500 (issue 8)."""
+"""Hostile or careless input is a 422 problem naming the field, never a 500."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Limits for clients without a key, against a real ``atlas-jobs api`` process (issue 8,
-finding 4): huge headers refused, late request heads and slow bodies cut, client
+"""Limits for clients without a key, against a real ``atlas-jobs api`` process (a
+reliability finding): huge headers refused, late request heads and slow bodies cut, client
 disconnects not 500s."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _closed_unanswered_within(sock: socket.socket, seconds: float) -> float:
 
 def test_a_connection_that_never_sends_a_request_is_closed(limited_api: LiveApi) -> None:
     # Before the head timeout such a connection was held for ever: 20,000 of them took
-    # every file descriptor of the process (issue 8, finding 4).
+    # every file descriptor of the process (a reliability finding).
     with _connect(limited_api) as sock:
         elapsed = _closed_unanswered_within(sock, 10)
     assert elapsed >= HEAD_TIMEOUT - 0.2

@@ -186,7 +186,7 @@ async def test_log_canary_no_payload_secret_key_or_signed_url_in_logs(
 async def test_log_canary_holds_through_a_500_and_unstorable_text(
     live_api: LiveApi, keys: Keys, engine: AsyncEngine
 ) -> None:
-    """Issue 8, finding 3: the logs of a database error carry neither the job input nor
+    """A reliability finding: the logs of a database error carry neither the job input nor
     the Idempotency-Key -- not as SQL parameters, not in the error's own text (here the
     database quotes both), not in a second traceback from the server."""
     secret = f"canary-{uuid.uuid4().hex}"

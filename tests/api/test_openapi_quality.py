@@ -1,4 +1,4 @@
-"""The committed OpenAPI document as an SDK user meets it (issue 11): described in plain
+"""The committed OpenAPI document as an SDK user meets it: described in plain
 prose, typed problems, the event stream as text, and docs pages that work offline."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Absolute links come from the configured public base URL, never from the request's
-``Host`` header, and the CLI sends its key only to its own ``ATLAS_URL`` (issue 8,
-finding 9)."""
+``Host`` header, and the CLI sends its key only to its own ``ATLAS_URL`` (a
+reliability finding)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The status body, built as ONE validation of plain fields
 (``atlas_jobs._app.api.views.job_status``), is byte for byte the body the model-by-model
-construction gives (each nested model built and validated on its own, as before issue 9), for a job
+construction gives (each nested model built and validated on its own, as it was once), for a job
 in each state a client can see: queued, running with a plan, queued for a retry, waiting for review,
 unresolved, succeeded with its result available and then expired, failed, cancel_requested and
 canceled. Each body is read over HTTP and also parses back into the same model."""
@@ -47,7 +47,7 @@ def _error(value: Mapping[str, Any] | None) -> ErrorPublic | None:
 
 
 def model_by_model(job: Any, stages: Sequence[Any]) -> JobPublic:
-    """The reference: the status body as it was built before issue 9, every nested model
+    """The reference: the status body as it was once built, every nested model
     constructed (and validated) on its own."""
     state = JobState(job.state)
     reason = Reason(job.reason)

@@ -1,4 +1,4 @@
-"""``make bench`` runs end to end with tiny sizes and reports every figure (issue 9).
+"""``make bench`` runs end to end with tiny sizes and reports every figure.
 
 Not a timing test: it checks that the suite starts its servers and load generator,
 measures every section, prints the table with each ratio and writes well-formed JSON."""

@@ -1,4 +1,4 @@
-"""``benchmarks/peer-adapter`` honours the shared harness's adapter CLI (issue 9).
+"""``benchmarks/peer-adapter`` honours the shared harness's adapter CLI.
 
 Not a timing test: each mode runs at a tiny size through the executable the harness calls,
 prints ONE JSON line on stdout, and verifies its own work in the database (every job

@@ -1,4 +1,4 @@
-"""What a creation answers, pinned by shape (issue 9): every creation statement --
+"""What a creation answers, pinned by shape: every creation statement --
 plain, under admission, keyed; one job or a batch -- returns the job's status columns
 (``JOB_STATUS_COLUMNS``) and the time it observed, never the whole row: not the input
 the caller sent, not the result reference (both jsonb documents the client would decode

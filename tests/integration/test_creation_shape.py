@@ -1,4 +1,4 @@
-"""What one creation costs the database, pinned by shape (issue 9, revision d0e1f2a3b4c5).
+"""What one creation costs the database, pinned by shape (revision d0e1f2a3b4c5).
 
 * One job is created by the statement's ``one`` shape: its fields bound as scalars -- no
   array for the client to encode element by element, none for the server to unnest and

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL never trusts a local account (issue 8, finding 1): SCRAM
+"""The embedded PostgreSQL never trusts a local account (a reliability finding): SCRAM
 password authentication on loopback TCP, the password in a ``0600`` file of the data
 directory, and data directories created with ``trust`` upgraded at the next start.
 

@@ -1,4 +1,5 @@
-"""The moves of issue 10 against the real database, with the test clock: decisions and
+"""The moves of waits and external operations against the real database, with the test
+clock: decisions and
 signals that lose to a passed deadline, signal deduplication, operation records."""
 
 from __future__ import annotations

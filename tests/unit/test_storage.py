@@ -1,4 +1,4 @@
-"""Result files are private to the account running Atlas (issue 8, finding 5): every
+"""Result files are private to the account running Atlas (a reliability finding): every
 directory of the result store is 0700 and every file 0600, whatever the umask."""
 
 from __future__ import annotations

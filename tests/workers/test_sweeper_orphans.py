@@ -1,5 +1,5 @@
 """Files of expired results do not leak when the sweeper crashes between marking a
-result ``expired`` and removing its files (issue 8, finding 11)."""
+result ``expired`` and removing its files (a reliability finding)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The job lifecycle as data: the one place that decides which moves are legal.
 
-Everything here mirrors ``SPEC.md`` section 1. The API, the workers, the database
-CHECK constraints (generated from these tables in ``atlas_jobs._app.db.schema``) and the tests all
-read these structures; nothing else decides whether a state change is allowed.
+Everything here is what docs/protocol.md sections 1 and 2 describe. The API, the
+workers, the database CHECK constraints (generated from these tables in
+``atlas_jobs._app.db.schema``) and the tests all read these structures; nothing else
+decides whether a state change is allowed.
 
 Four vocabularies never mix:
 
@@ -198,14 +199,14 @@ EDGES: Final = frozenset(
         (JobState.CANCEL_REQUESTED, JobState.SUCCEEDED),
         (JobState.CANCEL_REQUESTED, JobState.FAILED),
         # Worker bookkeeping while cancellation is pending (heartbeat, progress, staging):
-        # the SPEC's "running -> running" row applies to the lease holder in either state.
+        # the contract's "running -> running" row applies to the lease holder in either state.
         (JobState.CANCEL_REQUESTED, JobState.CANCEL_REQUESTED),
         # Result expiry: delivery available -> expired; the execution state stays
-        # succeeded (SPEC: "Expiry of the result later does not change this state").
+        # succeeded (docs/protocol.md §2.1: expiry does not change the state).
         (JobState.SUCCEEDED, JobState.SUCCEEDED),
     }
 )
-"""The transition table of SPEC section 1 as (from, to) pairs; ``None`` is "no job yet"."""
+"""The edge table of docs/protocol.md §2.3 as (from, to) pairs; ``None`` is "no job yet"."""
 
 
 class TransitionName(StrEnum):
@@ -414,7 +415,7 @@ _WORKER, _SYSTEM, _OPERATOR, _REVIEWER, _CLIENT = (
     "reviewer",
     "client",
 )
-"""The lease holder's writes that keep the state (SPEC: running -> running)."""
+"""The lease holder's writes that keep the state (docs/protocol.md §2.3: running -> running)."""
 
 
 def _t(

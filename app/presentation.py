@@ -1,4 +1,4 @@
-"""Client presentation (SPEC section 5): ONE function from (status, observation) to the
+"""Client presentation (docs/protocol.md §9.1): ONE function from (status, observation) to the
 visible label and whether a result link is shown.
 
 The label names the stage and its counts -- never a percentage or an ETA, because units

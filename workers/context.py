@@ -125,7 +125,8 @@ class JobContext:
         own), not in a transaction of its own."""
         self.past_no_return = False
         """An external publication has started: a cancel or a drain no longer stops the
-        job at a safe point (SPEC: a cancel that arrives during publication loses)."""
+        job at a safe point (docs/protocol.md §5: a cancel that arrives during publication
+        loses)."""
         self._lost = asyncio.Event()
         self._checkpoints: dict[tuple[str, str], Any] | None = None
 

@@ -1,7 +1,7 @@
 """External operations done right, for any kind: :class:`ExternalOperations`.
 
 An operation is one side effect at a configured destination (``atlas_jobs._app.destinations``),
-named by the job step that makes it. The rules (SPEC section 2):
+named by the job step that makes it. The rules (docs/protocol.md §4):
 
 * its id is ``uuid5(job id, step)`` -- stable across attempts -- and is sent as the
   destination's ``Idempotency-Key``; the record (``intended``) commits *before* the

@@ -1,1 +1,1 @@
-"""The HTTP API (SPEC section 3): FastAPI routers over the transition service."""
+"""The HTTP API (docs/protocol.md §3): FastAPI routers over the transition service."""

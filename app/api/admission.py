@@ -1,5 +1,5 @@
 """Admission control for new jobs: refuse early, with Retry-After, rather than accept
-work the service cannot start soon (SPEC section 3: 429 or 503 + Retry-After).
+work the service cannot start soon (docs/protocol.md §3.6: 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
   is admitted only if all its new jobs fit. The rule lives in ONE place, the creation

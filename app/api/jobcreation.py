@@ -1,4 +1,4 @@
-"""Job creation with the Idempotency-Key protocol (SPEC section 2), for one job
+"""Job creation with the Idempotency-Key protocol (docs/protocol.md §4), for one job
 (``POST /v1/jobs``) and for a batch (``POST /v1/jobs:batch``) -- one code path: a single
 job is a batch of one, except the common single job with a key (below).
 

@@ -194,7 +194,7 @@ async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> Job
 
 def _already_done(outcome: Rejected) -> bool:
     """A repeated cancel of a job whose cancel took effect is answered like the first
-    (SPEC: "a repeat after the cancel took effect is 202 too")."""
+    (docs/protocol.md §3.2: a repeat after the cancel took effect is 202 too)."""
     return outcome.transition == TransitionName.REQUEST_CANCEL and outcome.current in {
         JobState.CANCEL_REQUESTED,
         JobState.CANCELED,

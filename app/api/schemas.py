@@ -2,7 +2,7 @@
 
 Base/Create/Public split: ``*Create`` models are what clients send, ``*Public`` what
 they read. Every vocabulary is an enum so a generated SDK gets real types. Field names
-are part of the contract (SPEC section 3).
+are part of the contract (docs/protocol.md §3).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Following one job as a person watches it: what the client knows, and how fresh.
 
-:class:`Observer` is the client-side observation of SPEC section 1 (``unknown`` before
+:class:`Observer` is the client-side observation of docs/protocol.md §1 (``unknown`` before
 the first successful read, ``fresh``, ``stale``, ``stopped``), driven by its own clock:
 *stale* comes from the time since the last successful read, measured by a timer, not
 from a read timing out. A failed read keeps the last known status -- it is an

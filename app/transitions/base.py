@@ -77,7 +77,7 @@ class KeyedRefusal(enum.Enum):
     """Why a keyed creation (``create_keyed``) created nothing, besides the cap."""
 
     IN_FLIGHT = "in_flight"
-    """Another request holds the key's in-flight lock (SPEC: 409)."""
+    """Another request holds the key's in-flight lock (docs/protocol.md §4: 409)."""
     STORED = "stored"
     """The key is already stored: its job is the answer (or 422 for another body)."""
 

@@ -91,7 +91,7 @@ def settled(state: JobState, delivery: DeliveryState) -> bool:
 
 
 def label_of(status: JobPublic) -> tuple[str, bool]:
-    """The label and whether a result link is shown (SPEC section 5), for a fresh read."""
+    """The label and whether a result link is shown (docs/protocol.md §9.1), for a fresh read."""
     shown = present(status.model_dump(mode="json"), Observation.FRESH)
     return shown.label, shown.show_result_link
 

@@ -1,4 +1,4 @@
-"""The seed histories of SPEC section 4, end to end: HTTP API process + worker process.
+"""The seed histories of docs/protocol.md §8, end to end: HTTP API process + worker process.
 
 Time runs at 0.1x the seed timeline (``coast`` takes ~1.4 s instead of 14 s). Every
 observation is made the way a client makes it: status reads (long-polled with

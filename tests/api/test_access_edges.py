@@ -49,8 +49,8 @@ async def test_download_links_die_with_the_key_that_asked_for_them(
 async def test_retention_holds_at_the_boundary_before_any_sweep(
     client: httpx.AsyncClient, keys: Keys, driver: Driver, clock: Clock
 ) -> None:
-    """SPEC: from expires_at on, the result and its URLs answer 410 and the status shows
-    the delivery expired, whatever the sweeper has done yet (nothing, here)."""
+    """docs/protocol.md §6: from expires_at on, the result and its URLs answer 410 and the
+    status shows the delivery expired, whatever the sweeper has done yet (nothing, here)."""
     job_id = await new_job(client, keys)
     await driver.succeed(job_id, "alice", FILES)  # retained 60 s
     url = (await client.get(f"/v1/jobs/{job_id}/result", headers=keys.a)).json()["files"][0]["url"]

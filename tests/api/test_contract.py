@@ -22,7 +22,7 @@ SPEC = REPO / "openapi" / "openapi.json"
 
 # Per-operation settings (schemathesis.toml):
 # * jobs-create: 422 is a correct answer to schema-valid data when the fuzzer reuses an
-#   Idempotency-Key with another body (SPEC section 2), or names a destination that is
+#   Idempotency-Key with another body (docs/protocol.md §4), or names a destination that is
 #   not configured (ATLAS_DESTINATIONS, a setting), so it counts as expected; so is 413
 #   for a body over ATLAS_MAX_BODY_BYTES (a document.publish input may be larger than
 #   the live server's limit), whether the rest of it is valid or not.

@@ -1,4 +1,4 @@
-"""SPEC section 3 rows for /v1/jobs: create, read, list, cancel, history (in-process)."""
+"""docs/protocol.md §3 rows for /v1/jobs: create, read, list, cancel, history (in-process)."""
 
 from __future__ import annotations
 

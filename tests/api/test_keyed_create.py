@@ -1,5 +1,5 @@
 """The keyed creation in one statement (``CREATE_KEYED``, ``Transitions.create_keyed``):
-the Idempotency-Key protocol of SPEC section 2 holds on this path too -- one job per
+the Idempotency-Key protocol of docs/protocol.md §4 holds on this path too -- one job per
 key under concurrency, 409 while the key is in flight, 422 for another body, replays
 never refused by admission, a refused key not stored -- and admission stays exact."""
 

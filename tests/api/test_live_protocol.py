@@ -1,4 +1,4 @@
-"""SPEC section 3 over real HTTP: ``atlas-jobs api`` in a subprocess, an httpx client.
+"""docs/protocol.md §3 over real HTTP: ``atlas-jobs api`` in a subprocess, an httpx client.
 
 Also the 50-parallel Idempotency-Key race and the log canary (no secret from a payload,
 no API key and no signed URL in any log line of the server)."""

@@ -1,4 +1,4 @@
-"""SPEC section 5: one function maps (status, observation) to label and link."""
+"""docs/protocol.md §9.1: one function maps (status, observation) to label and link."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
   reference. The cancel either found the job already terminal (``Rejected`` with the
   current state ``succeeded``, plus a ``cancel_too_late`` history row: the late request
   stays visible) or was recorded first as ``cancel_requested`` and the publisher, which
-  still held the lease, published anyway (SPEC: ``cancel_requested -> succeeded``,
+  still held the lease, published anyway (docs/protocol.md §2.3: ``cancel_requested -> succeeded``,
   "publication committed first" -- j-44);
 * *cancellation won*: the job is ``canceled``, with no result reference and delivery
   never ``available``; the publisher saw ``cancel_requested`` under the row lock and
@@ -151,7 +151,7 @@ async def test_publish_and_cancel_race_has_exactly_one_winner(
                     "cancel-1",
                 ), context
                 seen["publication committed before the cancel"] += 1
-            else:  # recorded first, yet the lease holder published: SPEC allows it
+            else:  # recorded first, yet the lease holder published: allowed (protocol §5)
                 assert cancel.to_state == JobState.CANCEL_REQUESTED, context
                 assert worker_saw == JobState.CANCEL_REQUESTED, context
                 assert not stops_when_asked, context

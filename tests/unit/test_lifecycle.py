@@ -1,7 +1,7 @@
-"""The lifecycle tables agree with themselves and with SPEC section 1.
+"""The lifecycle tables agree with themselves and with docs/protocol.md §2.
 
 ``atlas_jobs._app.lifecycle`` is the one place that decides which moves are legal, so its tables
-must be closed: every named transition moves along an edge of the SPEC table, every
+must be closed: every named transition moves along an edge of the edge table, every
 edge is reachable through some named transition, and terminal states stay terminal.
 """
 

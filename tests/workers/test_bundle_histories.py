@@ -1,4 +1,4 @@
-"""The seed histories of SPEC section 4 against a real worker process (no HTTP).
+"""The seed histories of docs/protocol.md §8 against a real worker process (no HTTP).
 
 j-41 coast succeeds with plan expansion and later expires; j-42 reef fails with blocked
 outputs; j-43 cancel during build; j-44 cancel during publication loses; squall retries

@@ -222,7 +222,8 @@ async def test_publish_many_is_fenced_and_writes_history_and_attempts(
 async def test_sweeper_applies_each_waiting_jobs_deadline_rule(
     engine: AsyncEngine, clock: Clock, transitions: Transitions, jobs: JobFactory, data_dir: Path
 ) -> None:
-    """SPEC: a waiting job always has a deadline and what happens when it passes."""
+    """docs/protocol.md §2.1: a waiting job always has a deadline and what happens when it
+    passes."""
     fails = await jobs.make(JobState.RUNNING)
     escalates = await jobs.make(JobState.RUNNING)
     for made, rule in ((fails, "fail"), (escalates, "escalate")):

@@ -216,3 +216,25 @@ async def test_keys_carry_a_holder_and_end_sessions_logs_out_everywhere(
     assert cli("keys", "end-sessions", env=base).returncode == 2  # says whose
     ended = cli("keys", "end-sessions", "--owner", "dora", env=base)
     assert (ended.returncode, ended.stdout.strip()) == (0, "ended 1 session(s)")
+
+
+async def test_a_refusal_names_each_field_and_a_bad_job_id_is_named(
+    live_api: LiveApi, engine: AsyncEngine
+) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="gail", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    too_many = {**BUNDLE_INPUT, "pages": ["cover", "summary", "appendix"]}
+    refused = cli("submit", "--kind", "atlas.bundle", "--input", json.dumps(too_many), env=env)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    title = "The input does not match the kind's schema"
+    assert lines[0] == f"HTTP 422 {title}"  # the title once, not "title: title"
+    assert refused.stderr.count(title) == 1
+    assert "pages: List should have at most 2 items after validation, not 3" in lines[1:]
+
+    for verb in ("status", "history", "cancel", "result", "events"):
+        bad = cli(verb, "123", env=env)
+        assert bad.returncode == 2, (verb, bad.stderr)
+        assert bad.stderr.startswith("123 is not a job id"), (verb, bad.stderr)
+        assert "does not match the API schema" not in bad.stderr

@@ -16,6 +16,8 @@ import socket
 import sys
 import time
 
+import asyncpg
+
 from atlas_jobs._app.db.engine import create_engine, describe_url
 from atlas_jobs._app.db.migrations import SchemaStatus, schema_status
 
@@ -32,21 +34,55 @@ def where(url: str) -> str:
     return describe_url(url)
 
 
+def driver_error(exc: BaseException) -> BaseException:
+    """The driver's own exception behind ``exc``: SQLAlchemy wraps asyncpg's errors in
+    its DBAPI adaptor (``exc.orig``, whose class says only ``Error``), the original
+    being that adaptor's ``__cause__``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError | TimeoutError) or type(current).__module__.startswith(
+            "asyncpg."
+        ):
+            return current
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    root: BaseException = getattr(exc, "orig", None) or exc
+    return root
+
+
+# A login the server refused (28000, 28P01) or a database it does not have (3D000):
+# waiting changes neither, so they fail at once.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    return isinstance(driver_error(exc), PERMANENT_ERRORS)
+
+
 def reason(exc: BaseException) -> str:
-    root = getattr(exc, "orig", None) or exc
+    root = driver_error(exc)
     name = type(root).__name__
+    if isinstance(root, PERMANENT_ERRORS):
+        # The server's words ('password authentication failed for user "x"', 'database
+        # "y" does not exist'): they name the user or the database, never a password.
+        said = str(root).strip().splitlines()
+        return said[0] if said else name
     if isinstance(root, ConnectionRefusedError) or "ConnectionRefused" in name:
         return "connection refused (is PostgreSQL running there?)"
     if isinstance(root, socket.gaierror):
         return "unknown host"
     if isinstance(root, TimeoutError):
         return "no answer (timed out)"
-    if "InvalidPassword" in name or "InvalidAuthorization" in name:
-        return f"the login was refused ({name})"
-    if "InvalidCatalogName" in name:
-        return "that database does not exist"
+    if isinstance(root, asyncpg.CannotConnectNowError):
+        return "the server is starting up or shutting down"
     if "TargetServerAttributeNotMatched" in name:
         return "no host accepts writes (target_session_attrs=read-write): a failover in progress?"
+    if isinstance(root, asyncpg.PostgresError) and root.sqlstate:
+        return f"{name} (SQLSTATE {root.sqlstate})"
     return name
 
 
@@ -57,9 +93,6 @@ async def _status(url: str) -> SchemaStatus:
             return await schema_status(conn)
     finally:
         await engine.dispose()
-
-
-PERMANENT = ("InvalidPassword", "InvalidAuthorization", "InvalidCatalogName")
 
 
 def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
@@ -76,8 +109,7 @@ def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
             status = asyncio.run(_status(url))
             break
         except Exception as exc:
-            name = type(getattr(exc, "orig", None) or exc).__name__
-            if time.monotonic() + pause > deadline or any(p in name for p in PERMANENT):
+            if time.monotonic() + pause > deadline or is_permanent(exc):
                 raise CliFailure(f"cannot use the database at {where(url)}: {reason(exc)}") from exc
             if not told:
                 print(

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,38 @@ def test_debug_shows_the_traceback(data_dir: Path) -> None:
     done = run("--debug", "worker", env=env_with(data_dir, DATABASE_URL=url))
     assert done.returncode != 0
     assert "Traceback" in done.stderr
+
+
+def _url_with(url: str, **parts: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        ({"password": "hunter2-wrong"}, 'password authentication failed for user "{user}"'),
+        ({"database": "atlas_nowhere"}, 'database "atlas_nowhere" does not exist'),
+    ],
+)
+@pytest.mark.parametrize("command", [["api"], ["worker"], ["migrate"]])
+def test_a_refused_login_or_a_missing_database_fails_at_once_naming_the_cause(
+    command: list[str], change: dict[str, str], cause: str, database_url: str, data_dir: Path
+) -> None:
+    """Permanent errors of the driver are not waited for (a wait of 30 s is allowed
+    here): one line, the server's own words, never the password."""
+    from sqlalchemy.engine import make_url
+
+    url = _url_with(database_url, **change)
+    started = time.monotonic()
+    done = run(*command, env=env_with(data_dir, DATABASE_URL=url, ATLAS_STARTUP_WAIT_SECONDS="30"))
+    assert time.monotonic() - started < 15
+    line = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "waiting" not in done.stderr
+    assert cause.format(user=make_url(database_url).username) in line
+    assert "hunter2" not in done.stderr + done.stdout
+    password = make_url(database_url).password
+    assert password is None or str(password) not in done.stderr + done.stdout

@@ -36,17 +36,9 @@ register_client_verbs(app)
 
 
 def database_url() -> str:
-    from atlas_jobs._app.cli.preflight import CliFailure
-    from atlas_jobs._app.db.engine import resolve_database_url
+    from atlas_jobs._app.cli.preflight import database_url as resolve
 
-    settings = get_settings()
-    try:
-        return resolve_database_url(settings)
-    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CliFailure(
-            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
-        ) from exc
+    return resolve()
 
 
 @db_app.command("url")
@@ -133,14 +125,13 @@ def api(
     load_kinds(kinds)
     from atlas_jobs._app.api.main import create_app
     from atlas_jobs._app.api.serving import run_api
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port
     from atlas_jobs._app.logs import configure_logging
 
     settings = get_settings()
     if settings.public_url is None:
         settings = settings.model_copy(update={"public_url": bind_url(host, port)})
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     require_free_port(host, port)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
@@ -162,13 +153,12 @@ def worker(
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
     load_kinds(kinds)
     from atlas_jobs._app.api.views import status_document
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port
     from atlas_jobs._app.logs import configure_logging
     from atlas_jobs._workers.pool import run_worker
 
     settings = get_settings()
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
     if metrics_port is not None:
@@ -196,11 +186,10 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port, where
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port, where
 
     load_kinds(kinds)
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     require_free_port(host, port)
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -18,8 +18,9 @@ import time
 
 import asyncpg
 
-from atlas_jobs._app.db.engine import create_engine, describe_url
+from atlas_jobs._app.db.engine import create_engine, describe_url, resolve_database_url
 from atlas_jobs._app.db.migrations import SchemaStatus, schema_status
+from atlas_jobs._app.settings import get_settings
 
 CONNECT_TIMEOUT_SECONDS = 15.0
 
@@ -124,6 +125,29 @@ def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
     problem = status.problem()
     if problem is not None:
         raise CliFailure(f"{problem} (database {where(url)})")
+
+
+def database_url() -> str:
+    """The database URL in use, starting the embedded server unless ``DATABASE_URL``."""
+    settings = get_settings()
+    try:
+        return resolve_database_url(settings)
+    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliFailure(
+            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
+        ) from exc
+
+
+def migrated_database_url(*, wait: bool = False) -> str:
+    """The database URL for a command that needs the migrated schema (``serve``,
+    ``api``, ``worker``, ``keys ...``): one check, so every such command gives the
+    same advice (``atlas-jobs migrate``) for a database that is not migrated. ``wait``:
+    wait ``ATLAS_STARTUP_WAIT_SECONDS`` for a database that does not answer yet (the
+    servers); a one-shot command fails at once."""
+    url = database_url()
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds if wait else 0)
+    return url
 
 
 def _tell(line: str) -> None:

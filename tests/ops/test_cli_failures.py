@@ -76,8 +76,18 @@ def test_a_bad_database_url_is_one_line_without_its_password(
     assert "hunter2" not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("command", [["api"], ["worker"], ["serve"]])
-def test_servers_refuse_an_unmigrated_database_naming_migrate(
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["api"],
+        ["worker"],
+        ["serve"],
+        ["keys", "create", "--owner", "ann", "--role", "client"],
+        ["keys", "list"],
+        ["keys", "end-sessions", "--all"],
+    ],
+)
+def test_servers_and_keys_refuse_an_unmigrated_database_naming_migrate(
     command: list[str], empty_database: str, data_dir: Path
 ) -> None:
     line = one_line_failure(run(*command, env=env_with(data_dir, DATABASE_URL=empty_database)))
@@ -160,7 +170,7 @@ def _url_with(url: str, **parts: str) -> str:
         ({"database": "atlas_nowhere"}, 'database "atlas_nowhere" does not exist'),
     ],
 )
-@pytest.mark.parametrize("command", [["api"], ["worker"], ["migrate"]])
+@pytest.mark.parametrize("command", [["api"], ["worker"], ["migrate"], ["keys", "list"]])
 def test_a_refused_login_or_a_missing_database_fails_at_once_naming_the_cause(
     command: list[str], change: dict[str, str], cause: str, database_url: str, data_dir: Path
 ) -> None:

@@ -164,7 +164,9 @@ def worker(
     if metrics_port is not None:
         from atlas_jobs._app.metrics import serve_worker_metrics
 
-        require_free_port(metrics_host, metrics_port, what="the worker's metrics")
+        require_free_port(
+            metrics_host, metrics_port, what="the worker's metrics", choose="--metrics-port"
+        )
         serve_worker_metrics(metrics_host, metrics_port)
     run_worker(
         settings, concurrency=concurrency, worker_id=worker_id, render_status=status_document

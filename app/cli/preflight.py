@@ -159,8 +159,11 @@ def _tell(line: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def require_free_port(host: str, port: int, *, what: str = "the API") -> None:
-    """Nothing listens on ``host:port`` yet (uvicorn would log a bind error and exit)."""
+def require_free_port(
+    host: str, port: int, *, what: str = "the API", choose: str = "--port or ATLAS_PORT"
+) -> None:
+    """Nothing listens on ``host:port`` yet (uvicorn would log a bind error and exit);
+    a port in use names how to choose another (``choose``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,5 +171,8 @@ def require_free_port(host: str, port: int, *, what: str = "the API") -> None:
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise CliFailure(f"port {port} on {host} is in use; {what} cannot listen") from exc
+                raise CliFailure(
+                    f"port {port} on {host} is in use; {what} cannot listen (choose another "
+                    f"port with {choose}, or stop what listens there)"
+                ) from exc
             raise CliFailure(f"cannot listen on {host}:{port} for {what}: {exc.strerror}") from exc

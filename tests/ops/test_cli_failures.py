@@ -114,15 +114,36 @@ def test_migrate_says_what_it_does_then_the_check_passes(
     assert "is in use" in line
 
 
-def test_a_port_in_use_is_one_line(database_url: str, data_dir: Path) -> None:
+@pytest.mark.parametrize("command", [["api"], ["serve", "--workers", "0"]])
+def test_a_port_in_use_is_one_line_naming_the_way_out(
+    command: list[str], database_url: str, data_dir: Path
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         line = one_line_failure(
-            run("api", "--port", str(port), env=env_with(data_dir, DATABASE_URL=database_url))
+            run(*command, "--port", str(port), env=env_with(data_dir, DATABASE_URL=database_url))
         )
     assert f"port {port} on 127.0.0.1 is in use" in line
+    assert "--port or ATLAS_PORT" in line
+
+
+def test_a_metrics_port_in_use_names_its_own_option(database_url: str, data_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_failure(
+            run(
+                "worker",
+                "--metrics-port",
+                str(port),
+                env=env_with(data_dir, DATABASE_URL=database_url),
+            )
+        )
+    assert f"port {port} on 127.0.0.1 is in use; the worker's metrics cannot listen" in line
+    assert "--metrics-port" in line
 
 
 def test_in_production_mode_the_failure_is_one_json_line(data_dir: Path) -> None:

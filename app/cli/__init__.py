@@ -83,6 +83,10 @@ def migrate(
     typer.echo(f"database migrated to {revision} ({', '.join(sorted(migrations.heads()))})")
 
 
+# The status page's job list (app/ui/routes.py "ui-jobs"; `/` redirects there too).
+STATUS_PAGE_PATH = "/ui/jobs"
+FIRST_KEY_COMMAND = "atlas-jobs keys create --owner NAME --role client"
+
 HostOption = Annotated[str, typer.Option(envvar=["ATLAS_HOST", "HOST"], help="Interface to bind.")]
 PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TCP port.")]
 KindsOption = Annotated[
@@ -229,10 +233,13 @@ def serve(
         "serve.started",
         f"Atlas Jobs: API {base}/v1 (health {base}/livez {base}/readyz, metrics "
         f"{base}/metrics, docs {base}/docs); {workers} worker process(es) x {concurrency} "
-        f"job(s); database {where(url)}",
+        f"job(s); database {where(url)}\n"
+        f"status page {base}{STATUS_PAGE_PATH}; a first API key: {FIRST_KEY_COMMAND}",
         api=f"{base}/v1",
         readyz=f"{base}/readyz",
         metrics=f"{base}/metrics",
+        status_page=f"{base}{STATUS_PAGE_PATH}",
+        first_key=FIRST_KEY_COMMAND,
         workers=workers,
         concurrency=concurrency,
         database=where(url),

@@ -235,7 +235,7 @@ async def test_a_refusal_names_each_field_and_a_bad_job_id_is_named(
     assert refused.stderr.count(title) == 1
     assert "pages: List should have at most 2 items after validation, not 3" in lines[1:]
 
-    for verb in ("status", "history", "cancel", "result", "events"):
+    for verb in ("status", "watch", "history", "cancel", "result", "events"):
         bad = cli(verb, "123", env=env)
         assert bad.returncode == 2, (verb, bad.stderr)
         assert bad.stderr.startswith("123 is not a job id"), (verb, bad.stderr)

@@ -10,7 +10,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.routing import NoMatchFound
 
 DOCS_ASSETS = "/docs-assets"
 
@@ -45,4 +46,18 @@ def install_docs(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
         )
 
 
-__all__ = ["install_docs"]
+def install_front_door(app: FastAPI) -> None:
+    """``/`` leads somewhere: to the status page (``/ui/jobs``), or to ``/docs`` in an
+    app without one -- not a JSON 404. Kept out of the OpenAPI document (a page, not
+    an API resource). Call it after the pages are installed."""
+    try:
+        target = str(app.url_path_for("ui-jobs"))
+    except NoMatchFound:
+        target = "/docs"
+
+    @app.get("/", include_in_schema=False)
+    async def front_door() -> RedirectResponse:
+        return RedirectResponse(target, status_code=303)
+
+
+__all__ = ["install_docs", "install_front_door"]

@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 
 from atlas_jobs._app import __version__, tracing
 from atlas_jobs._app.api import live_workers
-from atlas_jobs._app.api.docs_pages import install_docs
+from atlas_jobs._app.api.docs_pages import install_docs, install_front_door
 from atlas_jobs._app.api.errors import install_error_handlers
 from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.metrics import ApiMetrics
@@ -178,6 +178,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     install_ui(app)
     install_openapi(app)
     install_docs(app)
+    install_front_door(app)
     pages = ui_templates()
 
     def templates() -> frozenset[str]:

@@ -36,17 +36,9 @@ register_client_verbs(app)
 
 
 def database_url() -> str:
-    from atlas_jobs._app.cli.preflight import CliFailure
-    from atlas_jobs._app.db.engine import resolve_database_url
+    from atlas_jobs._app.cli.preflight import database_url as resolve
 
-    settings = get_settings()
-    try:
-        return resolve_database_url(settings)
-    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CliFailure(
-            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
-        ) from exc
+    return resolve()
 
 
 @db_app.command("url")
@@ -91,6 +83,10 @@ def migrate(
     typer.echo(f"database migrated to {revision} ({', '.join(sorted(migrations.heads()))})")
 
 
+# The status page's job list (app/ui/routes.py "ui-jobs"; `/` redirects there too).
+STATUS_PAGE_PATH = "/ui/jobs"
+FIRST_KEY_COMMAND = "atlas-jobs keys create --owner NAME --role client"
+
 HostOption = Annotated[str, typer.Option(envvar=["ATLAS_HOST", "HOST"], help="Interface to bind.")]
 PortOption = Annotated[int, typer.Option(envvar=["ATLAS_PORT", "PORT"], help="TCP port.")]
 KindsOption = Annotated[
@@ -133,14 +129,13 @@ def api(
     load_kinds(kinds)
     from atlas_jobs._app.api.main import create_app
     from atlas_jobs._app.api.serving import run_api
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port
     from atlas_jobs._app.logs import configure_logging
 
     settings = get_settings()
     if settings.public_url is None:
         settings = settings.model_copy(update={"public_url": bind_url(host, port)})
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     require_free_port(host, port)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
@@ -162,19 +157,20 @@ def worker(
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
     load_kinds(kinds)
     from atlas_jobs._app.api.views import status_document
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port
     from atlas_jobs._app.logs import configure_logging
     from atlas_jobs._workers.pool import run_worker
 
     settings = get_settings()
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     configure_logging(settings)
     os.environ["DATABASE_URL"] = url
     if metrics_port is not None:
         from atlas_jobs._app.metrics import serve_worker_metrics
 
-        require_free_port(metrics_host, metrics_port, what="the worker's metrics")
+        require_free_port(
+            metrics_host, metrics_port, what="the worker's metrics", choose="--metrics-port"
+        )
         serve_worker_metrics(metrics_host, metrics_port)
     run_worker(
         settings, concurrency=concurrency, worker_id=worker_id, render_status=status_document
@@ -196,11 +192,10 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
-    from atlas_jobs._app.cli.preflight import require_current_schema, require_free_port, where
+    from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port, where
 
     load_kinds(kinds)
-    url = database_url()
-    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds)
+    url = migrated_database_url(wait=True)
     require_free_port(host, port)
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -238,10 +233,13 @@ def serve(
         "serve.started",
         f"Atlas Jobs: API {base}/v1 (health {base}/livez {base}/readyz, metrics "
         f"{base}/metrics, docs {base}/docs); {workers} worker process(es) x {concurrency} "
-        f"job(s); database {where(url)}",
+        f"job(s); database {where(url)}\n"
+        f"status page {base}{STATUS_PAGE_PATH}; a first API key: {FIRST_KEY_COMMAND}",
         api=f"{base}/v1",
         readyz=f"{base}/readyz",
         metrics=f"{base}/metrics",
+        status_page=f"{base}{STATUS_PAGE_PATH}",
+        first_key=FIRST_KEY_COMMAND,
         workers=workers,
         concurrency=concurrency,
         database=where(url),

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import typer
 
-from atlas_jobs._app.client import JobsClient, KeyRejectedError
+from atlas_jobs._app.client import JobsClient, KeyRejectedError, describe_problem
 
 JOB_LINE_FIELDS = frozenset({"kind", "input", "idempotency_key"})
 
@@ -76,10 +76,13 @@ def _read_job_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def _fail(response: httpx.Response) -> typer.Exit:
     try:
         problem = response.json()
-        text = f"{problem.get('title')}: {problem.get('detail')}"
     except ValueError:
-        text = response.text
-    typer.echo(f"HTTP {response.status_code} {text}", err=True)
+        problem = None
+    if isinstance(problem, dict):
+        text = describe_problem(response.status_code, problem)
+    else:
+        text = f"HTTP {response.status_code} {response.text[:200]}"
+    typer.echo(text, err=True)
     return typer.Exit(1)
 
 

@@ -7,9 +7,11 @@ one line on stderr saying what to do, never a traceback, with a documented exit 
 
 ==== ==========================================================================
 0    done (``watch``: the job succeeded)
-1    the service refused the request (a problem answer: 409, 410, 422, ...);
+1    the service refused the request (a problem answer: 409, 410, 422, ...: its
+     title, then one ``field: message`` line per error it lists);
      ``watch``: the job ended ``failed`` or ``canceled``
-2    bad usage (missing key, bad ``--input``, a file that would be overwritten)
+2    bad usage (missing key, bad ``--input``, a file that would be overwritten, a job
+     id that is not one)
 3    the API is unreachable at the URL given
 4    the key was rejected (401) or lacks the role (403)
 5    the job was not found (unknown, or another owner's)

@@ -28,13 +28,13 @@ T = TypeVar("T")
 
 
 def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-    from atlas_jobs._app.db.engine import create_engine, resolve_database_url
-    from atlas_jobs._app.settings import get_settings
+    from atlas_jobs._app.cli.preflight import migrated_database_url
+    from atlas_jobs._app.db.engine import create_engine
+
+    url = migrated_database_url()  # unmigrated: the advice `serve` gives, not a SQL error
 
     async def run() -> T:
-        engine = create_engine(
-            resolve_database_url(get_settings()), pool_size=1, application_name="atlas-cli"
-        )
+        engine = create_engine(url, pool_size=1, application_name="atlas-cli")
         try:
             async with engine.begin() as conn:
                 return await action(conn)

@@ -16,8 +16,11 @@ import socket
 import sys
 import time
 
-from atlas_jobs._app.db.engine import create_engine, describe_url
+import asyncpg
+
+from atlas_jobs._app.db.engine import create_engine, describe_url, resolve_database_url
 from atlas_jobs._app.db.migrations import SchemaStatus, schema_status
+from atlas_jobs._app.settings import get_settings
 
 CONNECT_TIMEOUT_SECONDS = 15.0
 
@@ -32,21 +35,55 @@ def where(url: str) -> str:
     return describe_url(url)
 
 
+def driver_error(exc: BaseException) -> BaseException:
+    """The driver's own exception behind ``exc``: SQLAlchemy wraps asyncpg's errors in
+    its DBAPI adaptor (``exc.orig``, whose class says only ``Error``), the original
+    being that adaptor's ``__cause__``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError | TimeoutError) or type(current).__module__.startswith(
+            "asyncpg."
+        ):
+            return current
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    root: BaseException = getattr(exc, "orig", None) or exc
+    return root
+
+
+# A login the server refused (28000, 28P01) or a database it does not have (3D000):
+# waiting changes neither, so they fail at once.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    return isinstance(driver_error(exc), PERMANENT_ERRORS)
+
+
 def reason(exc: BaseException) -> str:
-    root = getattr(exc, "orig", None) or exc
+    root = driver_error(exc)
     name = type(root).__name__
+    if isinstance(root, PERMANENT_ERRORS):
+        # The server's words ('password authentication failed for user "x"', 'database
+        # "y" does not exist'): they name the user or the database, never a password.
+        said = str(root).strip().splitlines()
+        return said[0] if said else name
     if isinstance(root, ConnectionRefusedError) or "ConnectionRefused" in name:
         return "connection refused (is PostgreSQL running there?)"
     if isinstance(root, socket.gaierror):
         return "unknown host"
     if isinstance(root, TimeoutError):
         return "no answer (timed out)"
-    if "InvalidPassword" in name or "InvalidAuthorization" in name:
-        return f"the login was refused ({name})"
-    if "InvalidCatalogName" in name:
-        return "that database does not exist"
+    if isinstance(root, asyncpg.CannotConnectNowError):
+        return "the server is starting up or shutting down"
     if "TargetServerAttributeNotMatched" in name:
         return "no host accepts writes (target_session_attrs=read-write): a failover in progress?"
+    if isinstance(root, asyncpg.PostgresError) and root.sqlstate:
+        return f"{name} (SQLSTATE {root.sqlstate})"
     return name
 
 
@@ -57,9 +94,6 @@ async def _status(url: str) -> SchemaStatus:
             return await schema_status(conn)
     finally:
         await engine.dispose()
-
-
-PERMANENT = ("InvalidPassword", "InvalidAuthorization", "InvalidCatalogName")
 
 
 def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
@@ -76,8 +110,7 @@ def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
             status = asyncio.run(_status(url))
             break
         except Exception as exc:
-            name = type(getattr(exc, "orig", None) or exc).__name__
-            if time.monotonic() + pause > deadline or any(p in name for p in PERMANENT):
+            if time.monotonic() + pause > deadline or is_permanent(exc):
                 raise CliFailure(f"cannot use the database at {where(url)}: {reason(exc)}") from exc
             if not told:
                 print(
@@ -94,6 +127,29 @@ def require_current_schema(url: str, *, wait_seconds: float = 0.0) -> None:
         raise CliFailure(f"{problem} (database {where(url)})")
 
 
+def database_url() -> str:
+    """The database URL in use, starting the embedded server unless ``DATABASE_URL``."""
+    settings = get_settings()
+    try:
+        return resolve_database_url(settings)
+    except RuntimeError as exc:  # the embedded server's own messages (no secrets in them)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliFailure(
+            f"the embedded PostgreSQL under {settings.data_dir} did not start: {first}"
+        ) from exc
+
+
+def migrated_database_url(*, wait: bool = False) -> str:
+    """The database URL for a command that needs the migrated schema (``serve``,
+    ``api``, ``worker``, ``keys ...``): one check, so every such command gives the
+    same advice (``atlas-jobs migrate``) for a database that is not migrated. ``wait``:
+    wait ``ATLAS_STARTUP_WAIT_SECONDS`` for a database that does not answer yet (the
+    servers); a one-shot command fails at once."""
+    url = database_url()
+    require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds if wait else 0)
+    return url
+
+
 def _tell(line: str) -> None:
     """One line on stderr: JSON in production (``ATLAS_LOG_FORMAT=json``)."""
     if os.environ.get("ATLAS_LOG_FORMAT") == "json":
@@ -103,8 +159,11 @@ def _tell(line: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def require_free_port(host: str, port: int, *, what: str = "the API") -> None:
-    """Nothing listens on ``host:port`` yet (uvicorn would log a bind error and exit)."""
+def require_free_port(
+    host: str, port: int, *, what: str = "the API", choose: str = "--port or ATLAS_PORT"
+) -> None:
+    """Nothing listens on ``host:port`` yet (uvicorn would log a bind error and exit);
+    a port in use names how to choose another (``choose``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -112,5 +171,8 @@ def require_free_port(host: str, port: int, *, what: str = "the API") -> None:
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise CliFailure(f"port {port} on {host} is in use; {what} cannot listen") from exc
+                raise CliFailure(
+                    f"port {port} on {host} is in use; {what} cannot listen (choose another "
+                    f"port with {choose}, or stop what listens there)"
+                ) from exc
             raise CliFailure(f"cannot listen on {host}:{port} for {what}: {exc.strerror}") from exc

@@ -6,10 +6,12 @@ from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
     IntegrityError,
+    InvalidJobIdError,
     JobNotFoundError,
     KeyRejectedError,
     NotAllowedError,
     RefusedError,
+    describe_problem,
 )
 from atlas_jobs._app.client.http import DEFAULT_URL, TERMINAL_STATES, JobsClient, StatusRead
 from atlas_jobs._app.client.observer import Observer, follow
@@ -20,6 +22,7 @@ __all__ = [
     "ApiUnreachableError",
     "ClientError",
     "IntegrityError",
+    "InvalidJobIdError",
     "JobNotFoundError",
     "JobsClient",
     "KeyRejectedError",
@@ -27,5 +30,6 @@ __all__ = [
     "Observer",
     "RefusedError",
     "StatusRead",
+    "describe_problem",
     "follow",
 ]

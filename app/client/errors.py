@@ -60,19 +60,58 @@ class JobNotFoundError(ClientError):
         self.job_id = job_id
 
 
+LOCATION_PARTS = frozenset({"body", "path", "query", "header"})
+
+
+def error_field(loc: Any) -> str:
+    """Where a validation error is, as the person typed it: ``pages`` for the job
+    input's ``body.input.pages``, ``limit`` for the query's ``limit``."""
+    parts = [str(part) for part in loc] if isinstance(loc, list | tuple) else []
+    if parts[:1] and parts[0] in LOCATION_PARTS:
+        parts = parts[1:]
+    if parts[:1] == ["input"] and len(parts) > 1:
+        parts = parts[1:]
+    return ".".join(parts) or "request"
+
+
+def describe_problem(status_code: int, problem: Mapping[str, Any]) -> str:
+    """A problem answer (RFC 9457) for a person: ``HTTP <status> <title>``, its detail
+    when it says more than the title, then each of its ``errors`` as a ``field:
+    message`` line."""
+    title = str(problem.get("title") or "refused")
+    detail = problem.get("detail")
+    lines = [f"HTTP {status_code} {title}"]
+    if detail and str(detail) != title:
+        lines[0] += f": {detail}"
+    errors = problem.get("errors")
+    for error in errors if isinstance(errors, list) else []:
+        if isinstance(error, Mapping):
+            lines.append(f"{error_field(error.get('loc'))}: {error.get('msg') or error}")
+    return "\n".join(lines)
+
+
 class RefusedError(ClientError):
     """Any other problem answer (RFC 9457): 409, 410, 422, 429, 503, ..."""
 
     def __init__(
         self, status_code: int, problem: Mapping[str, Any], retry_after: float | None = None
     ) -> None:
-        title = problem.get("title") or "refused"
-        detail = problem.get("detail")
-        text = f"{title}: {detail}" if detail else str(title)
-        super().__init__(f"HTTP {status_code} {text}")
+        super().__init__(describe_problem(status_code, problem))
         self.status_code = status_code
         self.problem = dict(problem)
         self.retry_after = retry_after
+
+
+class InvalidJobIdError(ClientError):
+    """A job id argument that is not one (the API answered 422 for its path)."""
+
+    exit_code = 2
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"{job_id} is not a job id (a job id is a UUID, as `atlas-jobs submit` prints)"
+        )
+        self.job_id = job_id
 
 
 class IntegrityError(ClientError):
@@ -85,8 +124,10 @@ __all__ = [
     "ApiUnreachableError",
     "ClientError",
     "IntegrityError",
+    "InvalidJobIdError",
     "JobNotFoundError",
     "KeyRejectedError",
     "NotAllowedError",
     "RefusedError",
+    "describe_problem",
 ]

@@ -26,10 +26,12 @@ from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
     IntegrityError,
+    InvalidJobIdError,
     JobNotFoundError,
     KeyRejectedError,
     NotAllowedError,
     RefusedError,
+    describe_problem,
 )
 
 DEFAULT_URL: Final = "http://127.0.0.1:8000"
@@ -86,6 +88,15 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"title": str(body)[:200]}
 
 
+def _names_the_job_id(problem: Mapping[str, Any]) -> bool:
+    """A 422 whose errors point at the path's job id (not a UUID)."""
+    errors = problem.get("errors")
+    return isinstance(errors, list) and any(
+        isinstance(error, Mapping) and list(error.get("loc") or [])[:1] == ["path"]
+        for error in errors
+    )
+
+
 class JobsClient:
     """One API base URL and key; use as a context manager (it owns a connection pool)."""
 
@@ -134,8 +145,10 @@ class JobsClient:
         if response.status_code == 404 and job_id is not None:
             raise JobNotFoundError(job_id)
         problem = _problem(response)
+        if response.status_code == 422 and job_id is not None and _names_the_job_id(problem):
+            raise InvalidJobIdError(job_id)
         if response.status_code == 403:
-            raise NotAllowedError(f"HTTP 403 {problem.get('title')}: {problem.get('detail')}")
+            raise NotAllowedError(describe_problem(403, problem))
         raise RefusedError(response.status_code, problem, retry_after(response))
 
     def call(

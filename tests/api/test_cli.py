@@ -9,6 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -16,7 +18,7 @@ from atlas_jobs._app.apikeys import Role, authenticate, create_key, open_session
 from atlas_jobs._app.db.schema import jobs
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver
-from tests.support import REPO
+from tests.support import REPO, atlas_process, free_port
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -216,3 +218,72 @@ async def test_keys_carry_a_holder_and_end_sessions_logs_out_everywhere(
     assert cli("keys", "end-sessions", env=base).returncode == 2  # says whose
     ended = cli("keys", "end-sessions", "--owner", "dora", env=base)
     assert (ended.returncode, ended.stdout.strip()) == (0, "ended 1 session(s)")
+
+
+async def test_a_refusal_names_each_field_and_a_bad_job_id_is_named(
+    live_api: LiveApi, engine: AsyncEngine
+) -> None:
+    async with engine.begin() as conn:
+        key = await create_key(conn, owner="gail", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": key}
+    too_many = {**BUNDLE_INPUT, "pages": ["cover", "summary", "appendix"]}
+    refused = cli("submit", "--kind", "atlas.bundle", "--input", json.dumps(too_many), env=env)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    title = "The input does not match the kind's schema"
+    assert lines[0] == f"HTTP 422 {title}"  # the title once, not "title: title"
+    assert refused.stderr.count(title) == 1
+    assert "pages: List should have at most 2 items after validation, not 3" in lines[1:]
+
+    for verb in ("status", "watch", "history", "cancel", "result", "events"):
+        bad = cli(verb, "123", env=env)
+        assert bad.returncode == 2, (verb, bad.stderr)
+        assert bad.stderr.startswith("123 is not a job id"), (verb, bad.stderr)
+        assert "does not match the API schema" not in bad.stderr
+
+
+def test_the_root_leads_to_the_status_page_and_stays_out_of_the_api_document(
+    live_api: LiveApi,
+) -> None:
+    root = httpx.get(f"{live_api.url}/", follow_redirects=False)
+    assert root.status_code == 303
+    assert root.headers["location"] == "/ui/jobs"
+    page = httpx.get(f"{live_api.url}/", follow_redirects=True)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")  # the login form
+    assert "/" not in httpx.get(f"{live_api.url}/openapi.json").json()["paths"]
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_serve_names_the_status_page_and_how_to_make_a_first_key(
+    log_format: str, database_url: str, data_dir: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "ATLAS_DATA_DIR": str(data_dir),
+        "ATLAS_LOG_FORMAT": log_format,
+        "ATLAS_SHUTDOWN_GRACE_SECONDS": "1",
+    }
+    log_path = tmp_path / "serve.log"
+    with atlas_process(
+        ["serve", "--port", str(port), "--workers", "0"],
+        env=env,
+        log_path=log_path,
+        ready_url=f"{base}/readyz",
+    ):
+        said = log_path.read_text()
+        status_page = httpx.get(f"{base}/ui/jobs", follow_redirects=True)
+    assert status_page.status_code == 200  # the URL named is a page that is served
+    first_key = "atlas-jobs keys create --owner NAME --role client"
+    if log_format == "console":
+        assert f"status page {base}/ui/jobs" in said
+        assert first_key in said
+        return
+    [started] = [json.loads(line) for line in said.splitlines() if '"serve.started"' in line]
+    assert started["status_page"] == f"{base}/ui/jobs"
+    assert started["first_key"] == first_key
+    assert started["api"] == f"{base}/v1"  # the fields it had are kept
+    assert {"readyz", "metrics", "workers", "concurrency", "database", "public_url"} <= set(started)

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,8 +76,18 @@ def test_a_bad_database_url_is_one_line_without_its_password(
     assert "hunter2" not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("command", [["api"], ["worker"], ["serve"]])
-def test_servers_refuse_an_unmigrated_database_naming_migrate(
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["api"],
+        ["worker"],
+        ["serve"],
+        ["keys", "create", "--owner", "ann", "--role", "client"],
+        ["keys", "list"],
+        ["keys", "end-sessions", "--all"],
+    ],
+)
+def test_servers_and_keys_refuse_an_unmigrated_database_naming_migrate(
     command: list[str], empty_database: str, data_dir: Path
 ) -> None:
     line = one_line_failure(run(*command, env=env_with(data_dir, DATABASE_URL=empty_database)))
@@ -103,15 +114,36 @@ def test_migrate_says_what_it_does_then_the_check_passes(
     assert "is in use" in line
 
 
-def test_a_port_in_use_is_one_line(database_url: str, data_dir: Path) -> None:
+@pytest.mark.parametrize("command", [["api"], ["serve", "--workers", "0"]])
+def test_a_port_in_use_is_one_line_naming_the_way_out(
+    command: list[str], database_url: str, data_dir: Path
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         line = one_line_failure(
-            run("api", "--port", str(port), env=env_with(data_dir, DATABASE_URL=database_url))
+            run(*command, "--port", str(port), env=env_with(data_dir, DATABASE_URL=database_url))
         )
     assert f"port {port} on 127.0.0.1 is in use" in line
+    assert "--port or ATLAS_PORT" in line
+
+
+def test_a_metrics_port_in_use_names_its_own_option(database_url: str, data_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_failure(
+            run(
+                "worker",
+                "--metrics-port",
+                str(port),
+                env=env_with(data_dir, DATABASE_URL=database_url),
+            )
+        )
+    assert f"port {port} on 127.0.0.1 is in use; the worker's metrics cannot listen" in line
+    assert "--metrics-port" in line
 
 
 def test_in_production_mode_the_failure_is_one_json_line(data_dir: Path) -> None:
@@ -144,3 +176,38 @@ def test_debug_shows_the_traceback(data_dir: Path) -> None:
     done = run("--debug", "worker", env=env_with(data_dir, DATABASE_URL=url))
     assert done.returncode != 0
     assert "Traceback" in done.stderr
+
+
+def _url_with(url: str, **parts: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        ({"password": "hunter2-wrong"}, 'password authentication failed for user "{user}"'),
+        ({"database": "atlas_nowhere"}, 'database "atlas_nowhere" does not exist'),
+    ],
+)
+@pytest.mark.parametrize("command", [["api"], ["worker"], ["migrate"], ["keys", "list"]])
+def test_a_refused_login_or_a_missing_database_fails_at_once_naming_the_cause(
+    command: list[str], change: dict[str, str], cause: str, database_url: str, data_dir: Path
+) -> None:
+    """Permanent errors of the driver are not waited for (a wait of 30 s is allowed
+    here): one line, the server's own words, never the password."""
+    from sqlalchemy.engine import make_url
+
+    url = _url_with(database_url, **change)
+    started = time.monotonic()
+    done = run(*command, env=env_with(data_dir, DATABASE_URL=url, ATLAS_STARTUP_WAIT_SECONDS="30"))
+    assert time.monotonic() - started < 15
+    line = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "waiting" not in done.stderr
+    assert cause.format(user=make_url(database_url).username) in line
+    assert "hunter2" not in done.stderr + done.stdout
+    password = make_url(database_url).password
+    assert password is None or str(password) not in done.stderr + done.stdout

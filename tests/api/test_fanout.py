@@ -112,7 +112,13 @@ async def test_fifty_event_streams_share_one_read_per_change(
         events = parse_sse(answer.text)
         assert [json.loads(e["data"])["to"] for e in events] == ["queued", "canceled"]
     assert len([s for s in sent if JOB_READ.search(s)]) == 1, sent
-    assert len(sent) == 2, sent
+    # The change costs one job read and one history read, shared by every stream. On a
+    # loaded machine a stream may be counted as watching before it took the feed's first
+    # snapshot; it then starts from the newer one and catches up with a history page of
+    # its own -- reads of the backlog, never of the job.
+    others = [s for s in sent if not JOB_READ.search(s)]
+    assert others, sent
+    assert all(s.startswith("SELECT job_history.") for s in others), sent
     assert feeds.caps.watching == 0
     assert feeds.feeds == 0
 

@@ -205,6 +205,7 @@ class _Loaded(Mapping[str, KindSpec]):
     def __init__(self) -> None:
         self._registry: Registry | None = None
         self._newest: dict[str, KindSpec] = {}
+        self._served: dict[str, KindSpec] = {}
 
     @property
     def registry(self) -> Registry:
@@ -217,6 +218,13 @@ class _Loaded(Mapping[str, KindSpec]):
         """Adopt ``registry`` (before anything asked: at start-up, or in a test)."""
         self._registry = registry
         self._newest = registry.newest
+        self._served = registry.served()
+
+    @property
+    def served(self) -> dict[str, KindSpec]:
+        """Every ``kind@version`` a worker with these declarations runs (computed once)."""
+        _ = self.registry
+        return self._served
 
     def __getitem__(self, name: str) -> KindSpec:
         _ = self.registry
@@ -245,4 +253,4 @@ def get_kind(name: str) -> KindSpec | None:
 
 def declared_kind(name: str, version: int) -> KindSpec | None:
     """The declaration of ``name@version`` (or the one that serves it as compatible)."""
-    return KINDS.registry.served().get(handler_key(name, version))
+    return KINDS.served.get(handler_key(name, version))

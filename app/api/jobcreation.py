@@ -53,8 +53,10 @@ from atlas_jobs._app.api.errors import (
     UnknownKindError,
     clean_validation_errors,
 )
+from atlas_jobs._app.api.job_timing import Timing, timing
 from atlas_jobs._app.api.schemas import JobCreateBase
 from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import queries, reads, webhooks
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.settings import Settings
@@ -110,13 +112,18 @@ def validated_input(
 
 
 def fingerprint(
-    kind: str, normalized_input: dict[str, Any], notify: uuid.UUID | None = None
+    kind: str,
+    normalized_input: dict[str, Any],
+    notify: uuid.UUID | None = None,
+    when: Timing | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    and whom it notifies when it does)."""
+    whom it notifies when it does, and when it may start)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
+    if when is not None:
+        document |= when.fingerprinted()
     canonical = json.dumps(
         document,
         sort_keys=True,
@@ -191,8 +198,11 @@ def submitter(principal: Principal) -> Actor:
     return Actor("client", principal.owner, key_id=principal.key_id)
 
 
-def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
+def _prepare(
+    request: CreationRequest, owner: str, request_id: str | None, clock: Clock
+) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
+    when = timing(request.body, request.loc, clock)
     new = NewJob(
         owner=owner,
         kind=spec.name,
@@ -203,11 +213,15 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         request_id=request_id,
         idempotency_key=request.idempotency_key,
         traceparent=tracing.current_traceparent(),
+        run_at=when.run_at,
+        run_after=when.run_after,
+        start_by=when.start_by,
+        start_within=when.start_within,
     )
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify)
+        else fingerprint(spec.name, normalized, request.body.notify, when)
     )
     return _Prepared(request, new, digest)
 
@@ -232,7 +246,7 @@ async def _create_keyed(
     queue-age check runs here (:func:`needs_transaction` sends those to
     :func:`create_jobs`), and no ``notify``."""
     owner = principal.owner
-    item = _prepare(request, owner, request_id)
+    item = _prepare(request, owner, request_id, transitions.clock)
     key, digest = request.idempotency_key, item.fingerprint
     assert key is not None  # the caller's condition
     assert digest is not None  # a key is always fingerprinted
@@ -326,7 +340,7 @@ async def create_jobs(
     """Create (or find, by key) every requested job, in request order. See the module
     docstring for the protocol and the statements it costs."""
     owner = principal.owner
-    prepared = [_prepare(request, owner, request_id) for request in requests]
+    prepared = [_prepare(request, owner, request_id, transitions.clock) for request in requests]
     _reject_repeated_keys(prepared)
     keys = [p.request.idempotency_key for p in prepared if p.request.idempotency_key]
     seen: dict[str, reads.SeenKey] = {}

@@ -24,10 +24,10 @@ from atlas_jobs._app.api.errors import (
 )
 from atlas_jobs._app.api.schemas import JobPublic, ReviewDecision
 from atlas_jobs._app.api.views import (
+    due_at,
     etag,
     etag_matches,
     job_status,
-    next_attempt_at,
     retry_after_seconds,
     waiting_for,
     waiting_tag,
@@ -141,7 +141,7 @@ def status_headers(
     state = JobState(job.state)
     if not is_terminal(state):
         now = now or getattr(job, "observed_at", None) or datetime.now(UTC)
-        found["Retry-After"] = str(retry_after_seconds(state, next_attempt_at(job), now))
+        found["Retry-After"] = str(retry_after_seconds(state, due_at(job), now))
     return found
 
 
@@ -232,6 +232,15 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
             if name == TransitionName.APPROVE
             else ReviewDecision.APPROVE,
             **facts,
+        )
+    if name == TransitionName.RESCHEDULE and outcome.current == JobState.QUEUED:
+        return JobStateConflictError(
+            "The job's start deadline passed: it will not start, so it cannot be rescheduled",
+            **facts,
+        )
+    if name == TransitionName.RESCHEDULE:
+        return JobStateConflictError(
+            f"Only a queued job can be rescheduled; the job is {public.state.value}", **facts
         )
     if name == TransitionName.RECEIVE_EVENT:
         return NotAwaitingSignalError(

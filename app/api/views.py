@@ -73,6 +73,9 @@ def waiting_for(job: Any) -> dict[str, Any] | None:
     process, or its first read has not answered)."""
     if job.state != JobState.QUEUED:
         return None
+    timing = _timing_hold(job)
+    if timing is not None:
+        return timing
     live = live_workers.current()
     key = handler_key(job.kind, job.kind_version)
     if live is None or live.serving(key) != 0:
@@ -82,6 +85,29 @@ def waiting_for(job: Any) -> dict[str, Any] | None:
         "kind": key,
         "message": f"no live worker serves {key}",
     }
+
+
+def _timing_hold(job: Any) -> dict[str, Any] | None:
+    """A queued job held by time, as of the database time the row was read
+    (``observed_at``; else this process's clock): a passed start deadline (it will
+    never start: the claim refuses it, whether or not the sweeper has ended it yet),
+    else a ``run_at`` still ahead."""
+    observed = getattr(job, "observed_at", None) or datetime.now(UTC)
+    start_by = getattr(job, "start_by", None)
+    if start_by is not None and job.attempt == 0 and start_by <= observed:
+        return {
+            "reason": WaitingReason.START_DEADLINE_PASSED,
+            "start_by": start_by,
+            "message": "not started by its start deadline: it will not run",
+        }
+    run_at = getattr(job, "run_at", None)
+    if run_at is not None and run_at > observed:
+        return {
+            "reason": WaitingReason.SCHEDULED,
+            "run_at": run_at,
+            "message": f"scheduled for {run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        }
+    return None
 
 
 def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | None:
@@ -158,6 +184,8 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
         "replay_of": job.replay_of,
+        "run_at": getattr(job, "run_at", None),
+        "start_by": getattr(job, "start_by", None),
         "waiting_for": waiting_for(job),
         "links": {
             "self": path,
@@ -231,6 +259,16 @@ def next_attempt_at(job: Any) -> datetime | None:
     """When a job queued for a retry becomes claimable again (else ``None``)."""
     retrying = job.state == JobState.QUEUED.value and job.reason == Reason.RETRY.value
     return job.available_at if retrying else None
+
+
+def due_at(job: Any) -> datetime | None:
+    """When a queued job becomes claimable, if that is ahead: a retry's backoff
+    (``next_attempt_at``) or its ``run_at`` (for ``Retry-After``)."""
+    retry = next_attempt_at(job)
+    if retry is not None:
+        return retry
+    run_at = getattr(job, "run_at", None)
+    return run_at if job.state == JobState.QUEUED.value and run_at is not None else None
 
 
 def _opaque(version: int, waiting: str | None) -> str:

@@ -129,6 +129,12 @@ jobs = Table(
     Column("replay_of", UUID(as_uuid=True), ForeignKey("jobs.id")),
     Column("request_id", Text),
     Column("idempotency_key", Text),
+    # Not before (the owner's delay; NULL: none) and start deadline (NULL: none). The
+    # claim reads available_at, which a creation or reschedule sets from run_at; run_at
+    # keeps what the owner asked for, whatever a retry's backoff later does to
+    # available_at.
+    Column("run_at", TZ),
+    Column("start_by", TZ),
     PrimaryKeyConstraint("id"),
     # No unique index on seq: an identity column never repeats, and every index that is
     # not partial costs an insertion on each state change (state changes are not HOT).
@@ -169,6 +175,8 @@ JOB_STATUS_COLUMNS = tuple(
         "delivery_state",
         "delivery_expires_at",
         "replay_of",
+        "run_at",
+        "start_by",
     )
 )
 
@@ -219,6 +227,17 @@ Index(
     jobs.c.finished_at,
     postgresql_where=and_(
         jobs.c.finished_at.is_not(None), jobs.c.delivery_state != DeliveryState.AVAILABLE.value
+    ),
+)
+# The sweeper finds queued jobs that were never claimed by their start deadline. Only
+# jobs with a deadline that never started are in it: the rest pay nothing on updates.
+Index(
+    "ix_jobs_start_by",
+    jobs.c.start_by,
+    postgresql_where=and_(
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.attempt == 0,
+        jobs.c.start_by.is_not(None),
     ),
 )
 # Partial: only replays are indexed, so ordinary jobs pay nothing for it on updates.

@@ -35,6 +35,7 @@ from atlas_jobs._app.transitions.base import (
     error_doc,
 )
 from atlas_jobs._app.transitions.operations import OperationEntry, OperationMoves
+from atlas_jobs._app.transitions.requests import after_start_by
 from atlas_jobs._app.transitions.waits import SignalOutcome, WaitMoves
 from atlas_jobs._app.transitions.worker import WorkerMoves
 
@@ -61,5 +62,6 @@ __all__ = [
     "SignalOutcome",
     "Step",
     "Transitions",
+    "after_start_by",
     "error_doc",
 ]

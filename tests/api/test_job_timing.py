@@ -291,8 +291,9 @@ async def test_rescheduling_a_claimed_or_ended_job_is_409_naming_the_state(
     running = await problem(client, keys, path, {"delay_seconds": 60}, 409)
     assert running["state"] == "running"
     assert "running" in running["detail"]
-    await driver.fail(uuid.UUID(job["id"]))
-    failed = await problem(client, keys, path, {}, 409)
+    ended = await create(client, keys)
+    await driver.fail(uuid.UUID(ended["id"]))
+    failed = await problem(client, keys, f"/v1/jobs/{ended['id']}/reschedule", {}, 409)
     assert failed["state"] == "failed"
     history = (await client.get(f"/v1/jobs/{job['id']}/history", headers=keys.a)).json()["items"]
     assert "reschedule" not in {i["transition"] for i in history}

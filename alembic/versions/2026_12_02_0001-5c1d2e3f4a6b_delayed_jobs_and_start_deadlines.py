@@ -9,7 +9,9 @@ partial index ``ix_jobs_start_by`` (queued jobs with a deadline that never start
 nobody else pays for it). Both columns are nullable without a default: adding them
 rewrites nothing. ``atlas_jobs_fits`` is replaced to allow the new reason (a frozen copy
 of app.db.row_rules' output at this revision); the downgrade gives jobs that ended with
-it the reason ``error`` first, then restores revision a3b4c5d6e7f8's function.
+it the reason ``error`` first, then restores revision a3b4c5d6e7f8's function. A
+schedule's job is timed relative to its tick: ``schedules.job_delay_seconds`` and
+``job_start_within_seconds`` (nullable: existing schedules keep creating undelayed jobs).
 
 Revision ID: 5c1d2e3f4a6b
 Revises: fb1ecd289857
@@ -171,9 +173,13 @@ def upgrade() -> None:
         postgresql_where=sa.text("state = 'queued' AND attempt = 0 AND start_by IS NOT NULL"),
     )
     op.execute(JOBS_FITS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.add_column("schedules", sa.Column("job_delay_seconds", sa.Integer(), nullable=True))
+    op.add_column("schedules", sa.Column("job_start_within_seconds", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("schedules", "job_start_within_seconds")
+    op.drop_column("schedules", "job_delay_seconds")
     op.execute("UPDATE jobs SET reason = 'error' WHERE reason = 'start_deadline_passed'")
     op.execute(JOBS_FITS_BEFORE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     op.drop_index("ix_jobs_start_by", table_name="jobs")

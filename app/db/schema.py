@@ -466,6 +466,10 @@ schedules = Table(
     Column("kind_version", Integer, nullable=False),
     Column("input", JSONB, nullable=False),
     Column("notify_webhook_id", UUID(as_uuid=True), ForeignKey("webhooks.id", ondelete="SET NULL")),
+    # Each tick's job: not before tick + delay, start deadline tick + start_within
+    # (revision 5c1d2e3f4a6b); NULL: none.
+    Column("job_delay_seconds", Integer),
+    Column("job_start_within_seconds", Integer),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),

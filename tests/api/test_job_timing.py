@@ -20,6 +20,7 @@ from atlas_jobs._app.presentation import Observation, present
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import FilesystemStore
 from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._workers.scheduler import Scheduler
 from atlas_jobs._workers.sweeper import Sweeper
 from tests.api.support import BUNDLE_HANDLER, BUNDLE_INPUT, Driver, Keys
 
@@ -405,3 +406,52 @@ async def test_a_deadline_still_ahead_lets_the_job_start_and_the_sweeper_leaves_
     assert (await sweeper.run_once()).missed_starts == 0
     status = (await client.get(f"/v1/jobs/{job['id']}", headers=keys.a)).json()
     assert status["state"] == "running"
+
+
+# -- schedules --------------------------------------------------------------------------
+
+
+async def test_a_schedules_jobs_are_timed_from_their_tick(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    engine: AsyncEngine,
+    transitions: Transitions,
+    clock: Clock,
+) -> None:
+    job = {"kind": "atlas.noop", "input": {}, "delay_seconds": 30, "start_within_seconds": 90}
+    made = await client.post(
+        "/v1/schedules",
+        json={"cron": "* * * * * */10", "timezone": "UTC", "job": job},
+        headers=keys.a,
+    )
+    assert made.status_code == 201, made.text
+    schedule = made.json()
+    assert schedule["job"]["delay_seconds"] == 30
+    assert schedule["job"]["start_within_seconds"] == 90
+    clock.advance(15)
+    assert await Scheduler(engine, transitions).run_once() >= 1
+    fire = (await client.get(schedule["url"] + "/fires", headers=keys.a)).json()["items"][-1]
+    status = (await client.get(fire["job_url"], headers=keys.a)).json()
+    tick = when(fire["tick"])
+    assert tick is not None
+    assert when(status["run_at"]) == tick + timedelta(seconds=30)
+    assert when(status["start_by"]) == tick + timedelta(seconds=90)
+    assert status["waiting_for"]["reason"] == "scheduled"
+
+    for bad, where in (
+        ({"run_at": "2030-01-01T00:00:00Z"}, "run_at"),
+        ({"start_by": "2030-01-01T00:00:00Z"}, "start_by"),
+        ({"delay_seconds": 60, "start_within_seconds": 60}, "start_within_seconds"),
+    ):
+        refused = await client.post(
+            "/v1/schedules",
+            json={"cron": "0 2 * * *", "timezone": "UTC", "job": {**job, **bad}},
+            headers=keys.a,
+        )
+        assert refused.status_code == 422, refused.text
+        assert locs(refused.json()) == {f"body.job.{where}"}
+    changed = await client.patch(
+        schedule["url"], json={"job": {"kind": "atlas.noop", "input": {}}}, headers=keys.a
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["job"]["delay_seconds"] is None

@@ -2,7 +2,8 @@
 holds jobs: the upgrade keeps them without a delay or a deadline, a job can then carry
 ``run_at``/``start_by`` and end with the new reason ``start_deadline_passed`` (which the
 row rules allow only for ``failed``), the partial index serves the sweeper's selection,
-and the downgrade gives such jobs the reason ``error`` and drops the columns."""
+and the downgrade gives such jobs the reason ``error`` and drops the columns (the
+schedules' job timing too)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ VALUES (CAST(:id AS uuid), 'alice', 'atlas.noop', 1, '{}', 'queued', 'new', 3, 6
 OLD = "00000000-0000-0000-0000-000000000001"
 NEW = "00000000-0000-0000-0000-000000000002"
 COLUMNS = """
-SELECT column_name FROM information_schema.columns
- WHERE table_name = 'jobs' AND column_name IN ('run_at', 'start_by')
+SELECT table_name || '.' || column_name FROM information_schema.columns
+ WHERE column_name IN ('run_at', 'start_by', 'job_delay_seconds', 'job_start_within_seconds')
 """
 MISS = """
 UPDATE jobs SET state = 'failed', reason = 'start_deadline_passed', finished_at = now(),
@@ -48,6 +49,13 @@ async def test_upgrade_keeps_jobs_allows_the_new_reason_and_downgrades(
 
             await alembic(url, "upgrade", REVISION)
             async with engine.begin() as conn:
+                added = {row[0] for row in await conn.execute(text(COLUMNS))}
+                assert added == {
+                    "jobs.run_at",
+                    "jobs.start_by",
+                    "schedules.job_delay_seconds",
+                    "schedules.job_start_within_seconds",
+                }
                 kept = (await conn.execute(text("SELECT run_at, start_by FROM jobs"))).one()
                 assert tuple(kept) == (None, None)
                 await conn.execute(text(JOB), {"id": NEW})

@@ -66,14 +66,14 @@ def effective_delivery(job: Any) -> DeliveryState:
     return delivery
 
 
-def waiting_for(job: Any) -> dict[str, Any] | None:
+def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
     the live workers (:mod:`atlas_jobs._app.api.live_workers`): no query. ``None`` for a job
     that is not queued, or while nothing is known of the workers (no API in this
     process, or its first read has not answered)."""
     if job.state != JobState.QUEUED:
         return None
-    timing = _timing_hold(job)
+    timing = _timing_hold(job, now)
     if timing is not None:
         return timing
     live = live_workers.current()
@@ -87,12 +87,12 @@ def waiting_for(job: Any) -> dict[str, Any] | None:
     }
 
 
-def _timing_hold(job: Any) -> dict[str, Any] | None:
-    """A queued job held by time, as of the database time the row was read
-    (``observed_at``; else this process's clock): a passed start deadline (it will
+def _timing_hold(job: Any, now: datetime | None) -> dict[str, Any] | None:
+    """A queued job held by time, as of ``now`` (else the database time the row was
+    read, ``observed_at``; else this process's clock): a passed start deadline (it will
     never start: the claim refuses it, whether or not the sweeper has ended it yet),
     else a ``run_at`` still ahead."""
-    observed = getattr(job, "observed_at", None) or datetime.now(UTC)
+    observed = now or getattr(job, "observed_at", None) or datetime.now(UTC)
     start_by = getattr(job, "start_by", None)
     if start_by is not None and job.attempt == 0 and start_by <= observed:
         return {
@@ -119,10 +119,11 @@ def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | N
     return str(WaitingReason(waiting["reason"]).value)
 
 
-def with_current_waiting(public: JobPublic, job: Any) -> JobPublic:
+def with_current_waiting(public: JobPublic, job: Any, at: datetime | None = None) -> JobPublic:
     """``public`` (built earlier: a feed's snapshot) with ``waiting_for`` as the live
-    workers are now -- the same object when nothing changed."""
-    now = waiting_for(job)
+    workers are now and as of the database time ``at`` (a ``run_at`` may have passed
+    since) -- the same object when nothing changed."""
+    now = waiting_for(job, at)
     if waiting_tag(now) == waiting_tag(public.waiting_for):
         return public
     return public.model_copy(

@@ -455,3 +455,19 @@ async def test_a_schedules_jobs_are_timed_from_their_tick(
     )
     assert changed.status_code == 200, changed.text
     assert changed.json()["job"]["delay_seconds"] is None
+
+
+async def test_a_held_read_over_the_run_at_answers_the_job_no_longer_scheduled(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    job = await create(client, keys, delay_seconds=2)
+    path = f"/v1/jobs/{job['id']}"
+    tag = (await client.get(path, headers=keys.a)).headers["etag"]
+    assert tag.endswith('-scheduled"')
+    # Held from before the run_at to after it: the row (and the feed's snapshot of it)
+    # does not change, the hold on the job does -- the answer is not a 304.
+    held = await client.get(path, headers={**keys.a, "Prefer": "wait=4", "If-None-Match": tag})
+    assert held.status_code == 200
+    assert held.headers["etag"] != tag
+    body = held.json()
+    assert body["waiting_for"] is None or body["waiting_for"]["reason"] != "scheduled"

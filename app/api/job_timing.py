@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from atlas_jobs._app.api.errors import InvalidRequestError
-from atlas_jobs._app.api.schemas import MAX_AHEAD_SECONDS, JobTiming, RescheduleCreate
+from atlas_jobs._app.api.schemas import MAX_AHEAD_SECONDS, JobCreateBase, RescheduleCreate
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.transitions import Rejected
 
@@ -49,7 +49,7 @@ def _invalid(loc: tuple[str | int, ...], field: str, msg: str, kind: str) -> dic
     return {"loc": [str(part) for part in (*loc, field)], "msg": msg, "type": kind}
 
 
-def timing(body: JobTiming, loc: tuple[str | int, ...], clock: Clock) -> Timing:
+def timing(body: JobCreateBase, loc: tuple[str | int, ...], clock: Clock) -> Timing:
     """The validated timing of one creation (``loc``: where its body is), or a 422."""
     now = datetime.now(UTC) + clock.offset
     errors: list[dict[str, Any]] = []

@@ -56,41 +56,7 @@ def _rfc3339(value: Any) -> Any:
 Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
 
-class JobTiming(StrictModel):
-    """When a job may start: not before (``run_at`` or ``delay_seconds``) and not after
-    (``start_by`` or ``start_within_seconds``)."""
-
-    run_at: Instant | None = Field(
-        default=None,
-        description="Not before this instant (RFC 3339 with an offset). One in the past "
-        "means now; at most one year ahead. Not with `delay_seconds`.",
-        examples=["2026-12-02T09:00:00Z"],
-    )
-    delay_seconds: int | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_AHEAD_SECONDS,
-        description="Not before this many seconds after the creation (at most one year). "
-        "Not with `run_at`.",
-        examples=[600],
-    )
-    start_by: Instant | None = Field(
-        default=None,
-        description="The start deadline: a job no worker claimed by then never starts and "
-        "ends `failed` with reason `start_deadline_passed`. Ahead of now, not before the "
-        "job's not-before, at most one year ahead. Not with `start_within_seconds`.",
-        examples=["2026-12-02T10:00:00Z"],
-    )
-    start_within_seconds: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_AHEAD_SECONDS,
-        description="The start deadline as seconds after the creation. Not with `start_by`.",
-        examples=[3600],
-    )
-
-
-class JobCreateBase(JobTiming):
+class JobCreateBase(StrictModel):
     """``POST /v1/jobs``: what to run. One variant per registered kind (``kind`` is the
     discriminator), so the schema -- and a generated SDK -- knows each kind's input."""
 
@@ -103,6 +69,37 @@ class JobCreateBase(JobTiming):
             "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
             "result expires."
         ),
+    )
+    run_at: Instant | None = Field(
+        default=None,
+        description="Not before this instant (RFC 3339 with an offset). One in the past "
+        "means now; at most one year ahead. Not with `delay_seconds`; not on a schedule's "
+        "job.",
+        examples=["2026-12-02T09:00:00Z"],
+    )
+    delay_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_AHEAD_SECONDS,
+        description="Not before this many seconds after the creation (a schedule's job: "
+        "after its tick; at most one year). Not with `run_at`.",
+        examples=[600],
+    )
+    start_by: Instant | None = Field(
+        default=None,
+        description="The start deadline: a job no worker claimed by then never starts and "
+        "ends `failed` with reason `start_deadline_passed`. Ahead of now, after the job's "
+        "not-before, at most one year ahead. Not with `start_within_seconds`; not on a "
+        "schedule's job.",
+        examples=["2026-12-02T10:00:00Z"],
+    )
+    start_within_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_AHEAD_SECONDS,
+        description="The start deadline as seconds after the creation (a schedule's job: "
+        "after its tick); more than `delay_seconds`. Not with `start_by`.",
+        examples=[3600],
     )
 
 

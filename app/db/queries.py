@@ -154,7 +154,7 @@ CREATE = _creation(_create)
 
 
 # create_admitted: CREATE under the per-owner admission cap -- THE admission rule (see
-# atlas_jobs._app.api.admission): the batch (every job of one owner, :admit_owner) is created only
+# atlas_jobs._app.services.admission): the batch (every job of one owner, :admit_owner) is made only
 # if the owner's unfinished jobs plus the batch stay within :admit_cap, else nothing is.
 # atlas_admission_count (migrations e8f9a0b1c2d3, c4d5e6f7a8b9) takes the owner's
 # admission lock, held to the end of the transaction, then sums the owner's rows of

@@ -16,19 +16,20 @@ from fastapi import APIRouter, Path, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
-from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import (
     BadDownloadSignatureError,
     DownloadGoneError,
     ResultExpiredError,
     ResultNotReadyError,
 )
-from atlas_jobs._app.api.reading import read_status_once
 from atlas_jobs._app.api.responses import problems, public_problems
-from atlas_jobs._app.api.schemas import DeliveryPublic, ResultPublic
-from atlas_jobs._app.api.views import effective_delivery, result_files, result_publication
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
+from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.reading import read_status_once
+from atlas_jobs._app.services.schemas import DeliveryPublic, ResultPublic
+from atlas_jobs._app.services.views import effective_delivery, result_files, result_publication
 from atlas_jobs._app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
 
 router = APIRouter(prefix="/v1", tags=["results"])

@@ -2,7 +2,7 @@
 
 From the kind registry (``KINDS``: name, the version new jobs get, the versions declared
 compatible, the description and the input model) and this process's view of the live
-workers (:mod:`atlas_jobs._app.api.live_workers`: live worker processes per
+workers (:mod:`atlas_jobs._app.services.live_workers`: live worker processes per
 ``kind@version``). A version only workers name -- a fleet deployed before the API knows
 its version, or a kind the API does not accept at all -- is listed too, with
 ``accepted`` false, so an operator sees it.
@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.api.schemas import KindPublic, KindsPublic, KindVersionPublic
+from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.kinds import KINDS, handler_key
+from atlas_jobs._app.services.live_workers import LiveWorkers, refresh_once
+from atlas_jobs._app.services.schemas import KindPublic, KindsPublic, KindVersionPublic
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -82,3 +85,14 @@ def _versions(
         )
         for version in sorted(accepted | served)
     ]
+
+
+async def kinds_view(
+    engine: AsyncEngine, clock: Clock, live: LiveWorkers, *, window_seconds: float
+) -> KindsPublic:
+    """Every kind with its live workers per version, reading the worker registry first
+    when this process has no view of it yet."""
+    if live.counts is None:  # the first background read has not answered yet
+        await refresh_once(engine, clock, live, window_seconds=window_seconds)
+    assert live.counts is not None
+    return kinds_public(live.counts)

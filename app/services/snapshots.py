@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.api.schemas import JobPublic
-from atlas_jobs._app.api.views import job_status
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.services.schemas import JobPublic
+from atlas_jobs._app.services.views import job_status
 
 HISTORY_KEPT = 1000
 """History rows a feed keeps; an event stream resuming before them reads the rest itself."""

@@ -1,5 +1,5 @@
 """Admission control for new jobs: refuse early, with Retry-After, rather than accept
-work the service cannot start soon (docs/protocol.md §3.6: 429 or 503 + Retry-After).
+work the service cannot start soon (docs/protocol.md §3.6: answered 429 or 503 + Retry-After).
 
 * Per owner: at most ``admission_max_active_per_owner`` unfinished jobs (429); a batch
   is admitted only if all its new jobs fit. The rule lives in ONE place, the creation
@@ -16,7 +16,7 @@ work the service cannot start soon (docs/protocol.md §3.6: 429 or 503 + Retry-A
   the jobs are written only when ``count + new <= cap``. Concurrent creations of one
   owner therefore cannot overshoot, and a creation without an Idempotency-Key is ONE
   statement in its own transaction (the lock ends with it). Refused, nothing is written
-  and :func:`too_many_active` builds the 429.
+  and :func:`at_capacity` is the refusal.
 * Globally, by queue age: while the oldest *claimable* job has waited longer than
   ``admission_max_queue_age_seconds``, workers are not keeping up (503). The age is the
   first entry of ``ix_jobs_claimable``.
@@ -30,30 +30,29 @@ import math
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.api.errors import QueueBackedUpError, TooManyActiveJobsError
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.services.refusals import AtCapacity, QueueBackedUp
 from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.transitions import OwnerAtCapacity
 
 RETRY_AFTER_SECONDS = 5
 
 
-def too_many_active(unfinished: int, *, adding: int, limit: int) -> TooManyActiveJobsError:
-    """The 429 for a creation the per-owner cap refused."""
-    asked = "" if adding == 1 else f", {adding} more asked"
-    return TooManyActiveJobsError(
-        f"{unfinished} unfinished jobs{asked} (limit {limit}); wait for some to finish",
-        retry_after=RETRY_AFTER_SECONDS,
-    )
+def at_capacity(refused: OwnerAtCapacity, *, adding: int, limit: int | None) -> AtCapacity:
+    """The refusal of a creation the per-owner cap refused (only a cap refuses)."""
+    assert limit is not None
+    return AtCapacity(refused.unfinished, adding, limit, retry_after=RETRY_AFTER_SECONDS)
 
 
 async def check_queue_age(conn: AsyncConnection, *, settings: Settings, clock: Clock) -> None:
-    """503 while the oldest claimable job has waited past the limit (when one is set)."""
+    """Refuse while the oldest claimable job has waited past the limit (when one is set)."""
     max_age = settings.admission_max_queue_age_seconds
     if max_age is not None:
         oldest = await reads.oldest_claimable_age(conn, clock.now())
         if oldest is not None and oldest > max_age:
-            raise QueueBackedUpError(
-                f"the oldest claimable job has waited {oldest:.0f} s (limit {max_age:.0f} s)",
+            raise QueueBackedUp(
+                oldest,
+                max_age,
                 retry_after=max(RETRY_AFTER_SECONDS, math.ceil(max_age / 2)),
             )

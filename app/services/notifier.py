@@ -2,7 +2,8 @@
 
 The database triggers send ``atlas_job_changed`` with the ids of the jobs a statement
 changed (comma-separated) after every commit that bumps ``jobs.version``.
-The one subscriber per watched job is its :class:`atlas_jobs._app.api.feeds.Feed`: it sleeps here
+The one subscriber per watched job is its :class:`atlas_jobs._app.services.feeds.Feed`: it sleeps
+here
 until a notification arrives, then reads the job once for every long-poll and event
 stream watching it -- no polling loop against the database, no read per reader.
 

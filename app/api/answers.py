@@ -1,16 +1,14 @@
-"""Job rows -> HTTP answers: the status body, its validators and polling headers, and
-the one mapping of a refused move (:class:`~atlas_jobs._app.transitions.Rejected`) to its
-problem."""
+"""A job's answers over HTTP: the status body with its validators and polling headers,
+and the one mapping of a refused move (:class:`~atlas_jobs._app.transitions.Rejected`)
+to its problem."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Response
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.api.errors import (
     ApiError,
@@ -22,110 +20,17 @@ from atlas_jobs._app.api.errors import (
     NotAwaitingReviewError,
     NotAwaitingSignalError,
 )
-from atlas_jobs._app.api.schemas import JobPublic, ReviewDecision
-from atlas_jobs._app.api.views import (
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
+from atlas_jobs._app.services.reading import public_status
+from atlas_jobs._app.services.schemas import JobPublic, ReviewDecision
+from atlas_jobs._app.services.views import (
     etag,
-    etag_matches,
-    job_status,
     next_attempt_at,
     retry_after_seconds,
     waiting_for,
     waiting_tag,
 )
-from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.db.engine import Connects
-from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
-from atlas_jobs._app.transitions import Applied, MoveResult, Rejected, RejectReason
-
-
-async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:
-    """The status body of a job row; its stages are read only when it has a plan."""
-    return job_status(job, await reads.plan_stages(conn, job))
-
-
-async def public_statuses(conn: AsyncConnection, rows: Sequence[Any]) -> list[JobPublic]:
-    """The status bodies of many job rows; stages read once, for those with a plan."""
-    planned = [row.id for row in rows if row.plan_revision]
-    stages = await reads.stages_for(conn, planned) if planned else {}
-    return [job_status(row, stages.get(row.id, [])) for row in rows]
-
-
-async def read_status(
-    conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
-) -> tuple[Any, JobPublic]:
-    """The job row and its status body; 404 for unknown *and* for not-yours."""
-    now = (clock or Clock()).now()
-
-    async def read_job() -> Any:
-        return await reads.get_job(conn, job_id, owner=owner, now=now)
-
-    job = await read_job()
-    if job is None:
-        raise JobNotFoundError()
-    job, public = await _same_version_status(conn, job, read_job, if_none_match=None)
-    assert public is not None
-    return job, public
-
-
-async def read_status_once(
-    engine: AsyncEngine, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
-) -> tuple[Any, JobPublic]:
-    """Like :func:`read_status` on a short-lived connection (nothing held while waiting)."""
-    async with engine.connect() as conn:
-        return await read_status(conn, job_id, owner=owner, clock=clock)
-
-
-async def read_status_unless_current(
-    connections: Connects,
-    job_id: uuid.UUID,
-    *,
-    owner: str | None,
-    clock: Clock,
-    if_none_match: str | None,
-) -> tuple[Any, JobPublic | None]:
-    """Like :func:`read_status_once`, but with ``None`` for the body when
-    ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
-    not read and nothing is built (one statement)."""
-    async with connections.connect() as conn:
-
-        async def read_job() -> Any:
-            return await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
-
-        job = await read_job()
-        if job is None:
-            raise JobNotFoundError()
-        if etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))):
-            return job, None
-        return await _same_version_status(conn, job, read_job, if_none_match=if_none_match)
-
-
-READ_TRIES = 3
-"""Reads of a planned job's stages before the newest pair is answered as it is: a job
-changes far less often than three times within one status read."""
-
-
-async def _same_version_status(
-    conn: AsyncConnection,
-    job: Any,
-    read_job: Callable[[], Awaitable[Any]],
-    *,
-    if_none_match: str | None,
-) -> tuple[Any, JobPublic | None]:
-    """The status body of ``job`` from stages read at the same version of the job: when a
-    change committed between the job's statement and the stages' (no snapshot spans them
-    on an autocommit read), the job is read again. ``None`` for the body when the row
-    read again matches ``If-None-Match``; 404 when it is gone."""
-    for _ in range(READ_TRIES):
-        stages = await reads.plan_stages_of_version(conn, job)
-        if stages is not None:
-            return job, job_status(job, stages)
-        job = await read_job()
-        if job is None:
-            raise JobNotFoundError()
-        if etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))):
-            return job, None
-    return job, await public_status(conn, job)
+from atlas_jobs._app.transitions import MoveResult, Rejected, RejectReason
 
 
 def status_headers(
@@ -245,18 +150,3 @@ async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
             **facts,
         )
     return JobStateConflictError(f"Not allowed while the job is {public.state.value}", **facts)
-
-
-__all__ = [
-    "Applied",
-    "answer",
-    "answer_row",
-    "problem_for",
-    "public_status",
-    "read_status",
-    "read_status_once",
-    "read_status_unless_current",
-    "settle",
-    "status_headers",
-    "status_response",
-]

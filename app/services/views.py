@@ -7,14 +7,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from atlas_jobs._app.api import live_workers
-from atlas_jobs._app.api.schemas import (
-    HistoryItem,
-    JobPublic,
-    PublicationPublic,
-    ResultFile,
-    WaitingForPublic,
-)
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
@@ -23,6 +15,14 @@ from atlas_jobs._app.lifecycle import (
     Reason,
     WaitingReason,
     is_terminal,
+)
+from atlas_jobs._app.services import live_workers
+from atlas_jobs._app.services.schemas import (
+    HistoryItem,
+    JobPublic,
+    PublicationPublic,
+    ResultFile,
+    WaitingForPublic,
 )
 from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
 
@@ -51,6 +51,15 @@ def _cancel(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {"requested_at": value["requested_at"], "requested_by": value["requested_by"]}
 
 
+UNSETTLED = frozenset({DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE})
+"""Delivery states a terminal job still leaves (its private outputs being discarded)."""
+
+
+def settled(state: JobState, delivery: DeliveryState) -> bool:
+    """Nothing more will change but retention: where a job's event stream ends."""
+    return is_terminal(state) and delivery not in UNSETTLED
+
+
 def effective_delivery(job: Any) -> DeliveryState:
     """The delivery state as of the database time the row was read (``observed_at``):
     retention holds at the boundary, whether or not the sweeper has run yet."""
@@ -68,7 +77,7 @@ def effective_delivery(job: Any) -> DeliveryState:
 
 def waiting_for(job: Any) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
-    the live workers (:mod:`atlas_jobs._app.api.live_workers`): no query. ``None`` for a job
+    the live workers (:mod:`atlas_jobs._app.services.live_workers`): no query. ``None`` for a job
     that is not queued, or while nothing is known of the workers (no API in this
     process, or its first read has not answered)."""
     if job.state != JobState.QUEUED:

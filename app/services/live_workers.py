@@ -3,7 +3,7 @@
 One task per API process reads :func:`atlas_jobs._app.db.reads.live_workers` (one
 statement over the worker registry's few rows) every
 ``ATLAS_LIVE_WORKERS_REFRESH_SECONDS`` and keeps the answer, the way the metrics
-sampler keeps the queue gauges. A status body (:func:`atlas_jobs._app.api.views.waiting_for`)
+sampler keeps the queue gauges. A status body (:func:`atlas_jobs._app.services.views.waiting_for`)
 and ``GET /v1/kinds`` read the kept answer: no status read ever queries the registry,
 and what they say is at most one refresh old. Until the first read has answered, nothing
 is known and no job is said to wait for a worker.

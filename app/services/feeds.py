@@ -3,7 +3,8 @@
 ``Prefer: wait`` long-polls and event streams do not query the database per reader.
 They *watch* a job through the process's :class:`FeedHub`: per watched job there is one
 :class:`Feed`, subscribed once to the notifier, holding the latest
-:class:`~atlas_jobs._app.api.snapshots.Snapshot`. On a change the feed reads the job once, on one
+:class:`~atlas_jobs._app.services.snapshots.Snapshot`. On a change the feed reads the job once, on
+one
 short-lived connection, and wakes its watchers, who take the snapshot without querying.
 A change arriving during a read schedules exactly one more read (the subscription's
 event coalesces them); after a LISTEN reconnect every feed reads once; while the LISTEN
@@ -18,7 +19,7 @@ when it reads again. A *first* read that fails answers its watchers like any out
 Reads of all feeds together hold at most ``read_slots`` pooled connections, so watchers
 can never exhaust the pool. The first watcher of a job starts its feed; every watcher
 that arrives before the first read finished shares it. The feed stops when its last
-watcher leaves. Admission (:class:`~atlas_jobs._app.api.watch_caps.WatcherCaps`) comes first.
+watcher leaves. Admission (:class:`~atlas_jobs._app.services.watch_caps.WatcherCaps`) comes first.
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.api.errors import DatabaseUnavailableError, database_unavailable
-from atlas_jobs._app.api.notifier import JobChangeNotifier
-from atlas_jobs._app.api.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
-from atlas_jobs._app.api.watch_caps import WatcherCaps
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import one_snapshot
 from atlas_jobs._app.db.listen import DEFAULT_BACKOFF, Backoff
+from atlas_jobs._app.db.outages import database_unavailable
 from atlas_jobs._app.logs import get_logger
+from atlas_jobs._app.services.notifier import JobChangeNotifier
+from atlas_jobs._app.services.refusals import DatabaseUnavailable
+from atlas_jobs._app.services.snapshots import HISTORY_PAGE, Snapshot, read_snapshot
+from atlas_jobs._app.services.watch_caps import WatcherCaps
 
 log = get_logger("atlas.api.feeds")
 
@@ -200,7 +202,7 @@ class FeedHub:
         except Exception as exc:
             watcher.close()
             if database_unavailable(exc):  # an outage answered as such, not as a crash
-                raise DatabaseUnavailableError() from exc
+                raise DatabaseUnavailable() from exc
             raise
         except BaseException:
             watcher.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
-from atlas_jobs._app.api.errors import TooManyWatchersError, WatchersExhaustedError
+from atlas_jobs._app.services.refusals import TooManyWatchers, WatchersExhausted
 
 RETRY_AFTER_SECONDS = 5
 
@@ -30,12 +30,12 @@ class WatcherCaps:
     def admit(self, key: uuid.UUID) -> None:
         """Take a slot for ``key`` or raise the 429 / 503 problem."""
         if self._by_key[key] >= self.per_key:
-            raise TooManyWatchersError(
+            raise TooManyWatchers(
                 f"This API key already holds {self.per_key} long-polls and event streams",
                 retry_after=RETRY_AFTER_SECONDS,
             )
         if self._count >= self.total:
-            raise WatchersExhaustedError(
+            raise WatchersExhausted(
                 f"This server already holds {self.total} long-polls and event streams",
                 retry_after=RETRY_AFTER_SECONDS,
             )

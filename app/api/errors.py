@@ -306,6 +306,16 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
     match refusal:
         case refusals.JobNotFound():
             return JobNotFoundError()
+        case refusals.ResultExpired(state=state, delivery=delivery):
+            return ResultExpiredError(
+                "The result's retention passed; the job is still succeeded",
+                state=state,
+                delivery=delivery,
+            )
+        case refusals.ResultNotReady(state=state, delivery=delivery):
+            return ResultNotReadyError(
+                f"The job is {state} with delivery {delivery}", state=state, delivery=delivery
+            )
         case refusals.UnknownKind(known=known):
             return UnknownKindError(f"Unknown kind; known kinds: {', '.join(sorted(known))}")
         case refusals.InvalidInput(errors=errors):

@@ -38,6 +38,22 @@ class JobNotFound(Refusal):
 
 
 @dataclass(eq=False)
+class ResultNotReady(Refusal):
+    """The job's delivery is not ``available`` (yet, or any more but not expired)."""
+
+    state: str
+    delivery: str
+
+
+@dataclass(eq=False)
+class ResultExpired(Refusal):
+    """The result's retention passed; the job is still ``succeeded``."""
+
+    state: str
+    delivery: str
+
+
+@dataclass(eq=False)
 class UnknownKind(Refusal):
     known: Sequence[str]
 

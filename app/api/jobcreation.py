@@ -57,6 +57,7 @@ from atlas_jobs._app.api.schemas import JobCreateBase
 from atlas_jobs._app.apikeys import Principal
 from atlas_jobs._app.db import queries, reads, webhooks
 from atlas_jobs._app.kinds import KINDS, KindSpec
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
@@ -188,7 +189,7 @@ async def create_batch(
 def submitter(principal: Principal) -> Actor:
     """The creation's actor: ``client:<owner>``, carrying the key that submitted (the
     history row records it: the four-eyes rule of reviews, :mod:`app.reviews`)."""
-    return Actor("client", principal.owner, key_id=principal.key_id)
+    return Actor(ActorKind.CLIENT, principal.owner, key_id=principal.key_id)
 
 
 def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:

@@ -11,10 +11,11 @@ from typing import Any
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.moves import Actor, Executor
+from atlas_jobs._app.lifecycle import ActorKind
 
-SYSTEM_REAPER = Actor("system", "reaper")
-SYSTEM_SWEEPER = Actor("system", "sweeper")
-SYSTEM_SCHEDULER = Actor("system", "scheduler")
+SYSTEM_REAPER = Actor(ActorKind.SYSTEM, "reaper")
+SYSTEM_SWEEPER = Actor(ActorKind.SYSTEM, "sweeper")
+SYSTEM_SCHEDULER = Actor(ActorKind.SYSTEM, "scheduler")
 
 
 @dataclass(frozen=True, slots=True)

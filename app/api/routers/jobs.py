@@ -53,7 +53,7 @@ from atlas_jobs._app.api.views import (
 )
 from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.db import reads
-from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.lifecycle import ActorKind, JobState
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -67,8 +67,8 @@ _DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT)
 
 
 def actor_for(principal: Principal) -> Actor:
-    role = "operator" if principal.has(Role.OPERATOR) else "client"
-    return Actor(role, principal.owner)
+    kind = ActorKind.OPERATOR if principal.has(Role.OPERATOR) else ActorKind.CLIENT
+    return Actor(kind, principal.owner)
 
 
 def request_id() -> str | None:

@@ -27,7 +27,7 @@ from atlas_jobs._app.api.schemas import (
 from atlas_jobs._app.api.views import job_path
 from atlas_jobs._app.apikeys import end_sessions
 from atlas_jobs._app.db import reads, schedules, webhooks
-from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.lifecycle import ActorKind, JobState
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -57,7 +57,10 @@ async def resume(
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.resume(
-            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+            conn,
+            job_id,
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     return settle(reply)
@@ -85,7 +88,7 @@ async def fail(
             conn,
             job_id,
             decision="fail",
-            actor=Actor("operator", principal.owner),
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
@@ -119,7 +122,7 @@ async def replay(
         outcome = await state.transitions.replay(
             conn,
             job_id,
-            actor=Actor("operator", principal.owner, key_id=principal.key_id),
+            actor=Actor(ActorKind.OPERATOR, principal.owner, key_id=principal.key_id),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)

@@ -479,10 +479,10 @@ class WorkerPool:
     async def _claim(self, keys: list[str], want: int) -> list[Row[Any]]:
         """One claim statement on the claims' own connection.
 
-        It stays checked out between claims: a checkout and its check-in cost ~0.1 ms
-        of CPU per claim, on the pickup path of every job that arrives at an idle
-        worker. A failed claim closes it (the pool discards a broken one); the next
-        claim takes another."""
+        It stays checked out between claims: no checkout and check-in per claim, on the
+        pickup path of every job that arrives at an idle worker (docs/performance.md,
+        "Figures behind the code"). A failed claim closes it (the pool discards a broken
+        one); the next claim takes another."""
         if self._claimer is None:
             self._claimer = await self.statements.connect()
         try:

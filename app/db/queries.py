@@ -101,12 +101,12 @@ created AS (
 
 # The creation statements answer with typed columns (``TextClause.columns``): SQLAlchemy
 # then builds the result's metadata once, with the compiled statement, instead of merging
-# the cursor's description of untyped columns into new metadata on every execution
-# (~0.1 ms of CPU per create). Typed columns are matched by position: every answer
-# spells them out in this order. They are the status columns (JOB_STATUS_COLUMNS), all
-# that any caller reads of a job it created (the 202's body and headers; the id to link
-# a schedule's fire or a webhook to): not the input it sent nor the empty result
-# reference, whose documents cost the client ~10 ms of CPU to decode per 1,000 jobs.
+# the cursor's description of untyped columns into new metadata on every execution.
+# Typed columns are matched by position: every answer spells them out in this order.
+# They are the status columns (JOB_STATUS_COLUMNS), all that any caller reads of a job
+# it created (the 202's body and headers; the id to link a schedule's fire or a webhook
+# to): not the input it sent nor the empty result reference, documents the client would
+# decode for nothing. (The figures: docs/performance.md, "Figures behind the code".)
 _CREATED_COLUMNS = (*JOB_STATUS_COLUMNS, column("observed_at", TZ))
 _RETURNED = ", ".join(c.name for c in JOB_STATUS_COLUMNS)
 _CREATED = ", ".join(f"created.{c.name}" for c in _CREATED_COLUMNS)

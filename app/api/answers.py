@@ -58,7 +58,8 @@ async def answer(
     not raised, so the transaction still commits what a refusal records (a late cancel):
     raise it with :func:`settle` after the commit."""
     if isinstance(outcome, Rejected):
-        if _already_done(outcome) and outcome.job is not None:
+        if outcome.took_effect and outcome.job is not None:
+            # A repeat of a move that took effect is answered like the move itself.
             return await answer_row(conn, outcome.job, response)
         if outcome.reason == RejectReason.REPEATED and outcome.job is not None:
             # The same decision took effect before: answered as a replay (like a repeated
@@ -95,15 +96,6 @@ async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> Job
     public = await public_status(conn, job)
     response.headers.update(status_headers(job, public=public))
     return public
-
-
-def _already_done(outcome: Rejected) -> bool:
-    """A repeated cancel of a job whose cancel took effect is answered like the first
-    (docs/protocol.md §3.2: a repeat after the cancel took effect is 202 too)."""
-    return outcome.transition == TransitionName.REQUEST_CANCEL and outcome.current in {
-        JobState.CANCEL_REQUESTED,
-        JobState.CANCELED,
-    }
 
 
 async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:

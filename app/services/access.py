@@ -14,8 +14,8 @@ def visible_owner(principal: Principal) -> str | None:
 
 def actor_for(principal: Principal) -> Actor:
     """The actor of a request's moves: ``operator:<owner>`` or ``client:<owner>``."""
-    role = "operator" if principal.has(Role.OPERATOR) else "client"
-    return Actor(role, principal.owner)
+    kind = ActorKind.OPERATOR if principal.has(Role.OPERATOR) else ActorKind.CLIENT
+    return Actor(kind, principal.owner)
 
 
 def submitter(principal: Principal) -> Actor:

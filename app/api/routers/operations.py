@@ -25,6 +25,7 @@ from atlas_jobs._app.services.schemas import (
     SessionsEnded,
 )
 from atlas_jobs._app.services.views import job_path
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -54,7 +55,10 @@ async def resume(
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.resume(
-            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+            conn,
+            job_id,
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     return settle(reply)
@@ -82,7 +86,7 @@ async def fail(
             conn,
             job_id,
             decision="fail",
-            actor=Actor("operator", principal.owner),
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
@@ -116,7 +120,7 @@ async def replay(
         outcome = await state.transitions.replay(
             conn,
             job_id,
-            actor=Actor("operator", principal.owner, key_id=principal.key_id),
+            actor=Actor(ActorKind.OPERATOR, principal.owner, key_id=principal.key_id),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.transitions import Transitions
-from atlas_jobs._workers.context import ClaimedJob, JobContext
+from atlas_jobs._workers.context import JobContext
 from atlas_jobs._workers.slots import Slots
 from atlas_jobs._workers.wakeup import ClaimCooldown, Flag, wait_any
 
@@ -134,17 +135,12 @@ class Claimer:
         if self._conn is None:
             self._conn = await self.statements.connect()
         try:
-            rows = await self.transitions.claim(
-                self._conn,
-                worker_id=self.worker_id,
-                handlers=self.keys,
-                limit=want,
-                full_rows=False,
+            return await self.transitions.claim_jobs(
+                self._conn, worker_id=self.worker_id, handlers=self.keys, limit=want
             )
         except Exception:
             await self.close()
             raise
-        return [ClaimedJob.from_claim(row) for row in rows]
 
     async def close(self) -> None:
         """Hand the claims' connection back to the pool; never raises."""

@@ -31,11 +31,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app import metrics, tracing
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.lifecycle import AttemptOutcome, JobState, Reason
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
@@ -51,7 +51,7 @@ from atlas_jobs._app.transitions import (
 )
 from atlas_jobs._workers import retry
 from atlas_jobs._workers.completer import Completer
-from atlas_jobs._workers.context import ClaimedJob, JobContext, raise_if_illegal
+from atlas_jobs._workers.context import JobContext, raise_if_illegal
 from atlas_jobs._workers.errors import (
     CancelStop,
     JobError,
@@ -99,10 +99,10 @@ class JobRunner:
         self.handlers = handlers
         self.actor = actor
 
-    def context(self, claimed: Row[Any] | ClaimedJob) -> JobContext:
-        """The context of a claimed attempt: from a full claim row, or its facts."""
+    def context(self, claimed: ClaimedJob) -> JobContext:
+        """The context of a claimed attempt."""
         return JobContext(
-            claimed if isinstance(claimed, ClaimedJob) else ClaimedJob.from_row(claimed),
+            claimed,
             engine=self.engine,
             transitions=self.transitions,
             store=self.store,

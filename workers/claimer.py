@@ -129,9 +129,10 @@ class Claimer:
     async def _claim(self, want: int) -> list[ClaimedJob]:
         """One claim statement on the claims' own connection.
 
-        It stays checked out between claims: no checkout and check-in per claim on the
-        pickup path of every job that arrives at an idle worker. A failed claim closes
-        it (the pool discards a broken one); the next claim takes another."""
+        It stays checked out between claims: no checkout and check-in per claim, on the
+        pickup path of every job that arrives at an idle worker (docs/performance.md,
+        "Figures behind the code"). A failed claim closes it (the pool discards a broken
+        one); the next claim takes another."""
         if self._conn is None:
             self._conn = await self.statements.connect()
         try:

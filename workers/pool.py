@@ -74,6 +74,7 @@ from atlas_jobs._app.db.engine import (
     single_statements,
 )
 from atlas_jobs._app.heap import freeze_startup_heap
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import make_store
@@ -132,7 +133,7 @@ class WorkerPool:
         self.statements = single_statements(self.engine)
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
         self.store = make_store(settings)
-        self.actor = Actor("worker", self.worker_id)
+        self.actor = Actor(ActorKind.WORKER, self.worker_id)
         self.completer = Completer(
             self.statements,
             self.transitions,

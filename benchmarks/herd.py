@@ -8,7 +8,7 @@ adapter's producer (one ``create`` per job) and waits until every job succeeded.
 database named by URL is dropped, recreated and migrated first.
 
 It prints one JSON line: claim statements and empty claims per job (counted in each
-process around ``Transitions.claim_jobs``), the server CPU per job (utime+stime of every
+process around ``Transitions.claim``), the server CPU per job (utime+stime of every
 PostgreSQL process on this machine over the run: creation, claims, publications and
 history included; ``--postmaster-pid`` names the server, the embedded one's by
 default; null when neither is known), the pickup p50/p99 from the rows, and the load
@@ -84,15 +84,15 @@ def _worker(
         atlas = Atlas(url, settings)
         pool = atlas.pool(concurrency)
         counts = {"claims": 0, "empty": 0}
-        claim = pool.transitions.claim_jobs
+        claim = pool.transitions.claim
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
-            claimed = await claim(*args, **kwargs)
+            rows = await claim(*args, **kwargs)
             counts["claims"] += 1
-            counts["empty"] += not claimed
-            return claimed
+            counts["empty"] += not rows
+            return rows
 
-        pool.transitions.claim_jobs = counted  # type: ignore[method-assign]
+        pool.transitions.claim = counted  # type: ignore[method-assign]
         stop = asyncio.Event()
         running = asyncio.create_task(pool.run(stop))
         await asyncio.sleep(IDLE_SECONDS)

@@ -136,12 +136,17 @@ class Claimer:
         if self._conn is None:
             self._conn = await self.statements.connect()
         try:
-            return await self.transitions.claim_jobs(
-                self._conn, worker_id=self.worker_id, handlers=self.keys, limit=want
+            rows = await self.transitions.claim(
+                self._conn,
+                worker_id=self.worker_id,
+                handlers=self.keys,
+                limit=want,
+                full_rows=False,
             )
         except Exception:
             await self.close()
             raise
+        return [ClaimedJob.from_claim(row) for row in rows]
 
     async def close(self) -> None:
         """Hand the claims' connection back to the pool; never raises."""

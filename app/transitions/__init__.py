@@ -102,7 +102,6 @@ class Transitions:
 
     # -- worker (WorkerMoves)
     claim = _by(lambda t: t.worker, WorkerMoves.claim)
-    claim_jobs = _by(lambda t: t.worker, WorkerMoves.claim_jobs)
     heartbeat = _by(lambda t: t.worker, WorkerMoves.heartbeat)
     heartbeat_many = _by(lambda t: t.worker, WorkerMoves.heartbeat_many)
     set_plan = _by(lambda t: t.worker, WorkerMoves.set_plan)

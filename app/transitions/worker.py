@@ -21,7 +21,6 @@ from atlas_jobs._app.db.queries import (
     LOCK_FOR_PUBLICATION,
     RECORD_UNIT,
 )
-from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.db.schema import job_stages
 from atlas_jobs._app.lifecycle import (
     TRANSITIONS,
@@ -75,15 +74,6 @@ class WorkerMoves(Service):
         )
         metrics.record_claims(claimed)
         return claimed
-
-    async def claim_jobs(
-        self, conn: AsyncConnection, *, worker_id: str, handlers: Sequence[str], limit: int
-    ) -> list[ClaimedJob]:
-        """:meth:`claim` for the worker pool: each claimed attempt as a typed record."""
-        rows = await self.claim(
-            conn, worker_id=worker_id, handlers=handlers, limit=limit, full_rows=False
-        )
-        return [ClaimedJob.from_claim(row) for row in rows]
 
     # -- the lease ------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ CLAIM_SELECT = """\
 SELECT string_agg(id::text, ',' ORDER BY seq) AS ids,
        string_agg(current_attempt_id::text, ',' ORDER BY seq) AS aids,
        sum(octet_length(input::text)) AS bytes
-  FROM claimed \\gset"""
+  FROM {rows} \\gset"""
 
 _CLAIM_BINDS: Mapping[str, str] = {
     "clock_offset": "0",
@@ -76,8 +76,11 @@ def _inline(statement: str, binds: Mapping[str, str], *, rest: str | None = None
 
 def render() -> str:
     statements = {block.name: block.sql for block in render_sql.blocks(render_sql.render())}
-    writes, _ = statements["claim_to_run"].rsplit("\nSELECT ", 1)
-    claim = _inline(writes, _CLAIM_BINDS) + "\n" + CLAIM_SELECT
+    writes, answer = statements["claim_to_run"].rsplit("\nSELECT ", 1)
+    found = re.search(r"\bFROM (\w+)", answer)  # the CTE of the claimed rows
+    if found is None:
+        raise ValueError("claim_to_run: no FROM in its final SELECT")
+    claim = _inline(writes, _CLAIM_BINDS) + "\n" + CLAIM_SELECT.format(rows=found.group(1))
     publish = _inline(statements["publish_brief"], _PUBLISH_BINDS, rest="NULL")
     # pgbench reads a script line by line: drop the statements' comment lines.
     lines = [

@@ -4,6 +4,7 @@ record."""
 from __future__ import annotations
 
 from atlas_jobs._app.apikeys import Principal, Role
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor
 
 
@@ -21,4 +22,4 @@ def actor_for(principal: Principal) -> Actor:
 def submitter(principal: Principal) -> Actor:
     """The creation's actor: ``client:<owner>``, carrying the key that submitted (the
     history row records it: the four-eyes rule of reviews)."""
-    return Actor("client", principal.owner, key_id=principal.key_id)
+    return Actor(ActorKind.CLIENT, principal.owner, key_id=principal.key_id)

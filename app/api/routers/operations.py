@@ -16,6 +16,7 @@ from atlas_jobs._app.api.answers import answer, settle
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.apikeys import end_sessions
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.schemas import (
     JobPublic,
@@ -25,7 +26,6 @@ from atlas_jobs._app.services.schemas import (
     SessionsEnded,
 )
 from atlas_jobs._app.services.views import job_path
-from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])

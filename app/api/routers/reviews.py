@@ -10,8 +10,8 @@ from atlas_jobs._app.api.answers import answer, settle
 from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import FourEyesError
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.services.schemas import JobPublic, ReviewCreate, ReviewDecision
 from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services.schemas import JobPublic, ReviewCreate, ReviewDecision
 from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])

@@ -357,7 +357,7 @@ async def test_a_job_not_claimed_by_its_start_by_never_starts_and_the_sweeper_en
     assert moved["state"] == "queued"
     assert "start deadline" in moved["detail"]
 
-    sweeper = Sweeper(engine, transitions, FilesystemStore(data_dir / "results"), reindexer="off")
+    sweeper = Sweeper(engine, transitions, FilesystemStore(data_dir / "results"))
     assert (await sweeper.run_once()).missed_starts == 1
     ended = (await client.get(path, headers=keys.a)).json()
     assert (ended["state"], ended["reason"]) == ("failed", "start_deadline_passed")
@@ -399,7 +399,7 @@ async def test_a_deadline_still_ahead_lets_the_job_start_and_the_sweeper_leaves_
 ) -> None:
     job = await create(client, keys, delay_seconds=60, start_within_seconds=600)
     clock.advance(61)
-    sweeper = Sweeper(engine, transitions, FilesystemStore(data_dir / "results"), reindexer="off")
+    sweeper = Sweeper(engine, transitions, FilesystemStore(data_dir / "results"))
     assert (await sweeper.run_once()).missed_starts == 0
     assert await claimable(engine, transitions) == [uuid.UUID(job["id"])]
     clock.advance(3600)  # a started job is past its start deadline's reach

@@ -26,10 +26,10 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Frozen copies of the vocabularies as this revision writes them.
-ATTENTION = "('canceled', 'cancel_requested', 'failed', 'unresolved', 'waiting')"
-ACTIONS = "('cancel', 'resume', 'fail', 'replay')"
-STATES = "('queued', 'running', 'succeeded', 'failed', 'canceled')"
-TERMINAL = "('succeeded', 'failed', 'canceled')"
+ATTENTION = "('cancel_requested', 'canceled', 'failed', 'unresolved', 'waiting')"
+ACTIONS = "('cancel', 'fail', 'replay', 'resume')"
+STATES = "('canceled', 'failed', 'queued', 'running', 'succeeded')"
+TERMINAL = "('canceled', 'failed', 'succeeded')"
 
 
 def upgrade() -> None:

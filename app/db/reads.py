@@ -21,6 +21,7 @@ from sqlalchemy import (
     bindparam,
     func,
     literal,
+    literal_column,
     select,
     text,
     true,
@@ -30,7 +31,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
-from atlas_jobs._app.db.row_rules import sql_list
 from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
@@ -345,11 +345,11 @@ def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
         conditions.append(jobs.c.owner.in_(owners))
     if page.states:
         states = sorted({JobState(s).value for s in page.states})
-        conditions.append(text(f"jobs.state IN ({sql_list(states)})"))
+        conditions.append(jobs.c.state.in_([literal_column(f"'{s}'") for s in states]))
     if page.kinds:
         conditions.append(jobs.c.kind.in_(sorted(set(page.kinds))))
     if page.tags:
-        conditions.append(text("jobs.tags <> '{}'::text[]"))
+        conditions.append(jobs.c.tags != literal_column("'{}'::text[]"))
         conditions.append(jobs.c.tags.contains(sorted(set(page.tags))))
     if page.reasons:
         conditions.append(jobs.c.reason.in_(sorted(set(page.reasons))))

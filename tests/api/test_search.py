@@ -140,14 +140,11 @@ async def test_every_filter_selects_its_jobs(
     finished = await search(keys.a, finished_after=day_ago)
     assert finished == [failed]
     assert await search(keys.a, finished_before=day_ago) == []
-    assert (
-        await search(
-            keys.a,
-            created_after=(now - timedelta(days=3)).isoformat(),
-            created_before=day_ago,
-        )
-        == [noop]
-    )
+    assert await search(
+        keys.a,
+        created_after=(now - timedelta(days=3)).isoformat(),
+        created_before=day_ago,
+    ) == [noop]
 
 
 @pytest.mark.parametrize(
@@ -186,15 +183,15 @@ async def test_clients_search_only_their_own_and_reviewers_by_their_scope(
     alices = (await make(client, keys.a, ["x=1"])).json()["id"]
     bobs = (await make(client, keys.b, ["x=1"])).json()["id"]
     assert ids(await client.get("/v1/jobs", params={"tag": "x=1"}, headers=keys.a)) == [alices]
-    assert ids(await client.get("/v1/jobs", params={"owner": "alice"}, headers=keys.a)) == [
-        alices
-    ]
+    assert ids(await client.get("/v1/jobs", params={"owner": "alice"}, headers=keys.a)) == [alices]
     other = await client.get("/v1/jobs", params={"owner": "bob"}, headers=keys.a)
     assert other.status_code == 403
     assert other.json()["type"].endswith("forbidden")
     # the default review scope: a reviewer searches its own owner's jobs
     assert ids(await client.get("/v1/jobs", headers=keys.rev)) == [alices]
-    assert (await client.get("/v1/jobs", params={"owner": "bob"}, headers=keys.rev)).status_code == 403
+    assert (
+        await client.get("/v1/jobs", params={"owner": "bob"}, headers=keys.rev)
+    ).status_code == 403
     assert bobs in ids(await client.get("/v1/jobs", headers=keys.op))
     async with engine.begin() as conn:
         viewer = await create_key(conn, owner="carol", roles=[Role.CLIENT])
@@ -204,7 +201,9 @@ async def test_clients_search_only_their_own_and_reviewers_by_their_scope(
 async def test_paging_across_owners_is_stable_under_inserts(
     client: httpx.AsyncClient, keys: Keys
 ) -> None:
-    made = [(await make(client, keys.a if i % 2 else keys.b, ["run=p"])).json()["id"] for i in range(7)]
+    made = [
+        (await make(client, keys.a if i % 2 else keys.b, ["run=p"])).json()["id"] for i in range(7)
+    ]
     seen: list[str] = []
     cursor = None
     while True:

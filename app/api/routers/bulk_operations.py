@@ -133,8 +133,7 @@ async def create(
             matched_capped=count >= COUNT_CAP,
             sample=[job_status(row, stages[row.id]) for row in rows],
         )
-        response.status_code = status.HTTP_200_OK
-        return preview
+        return Response(preview.model_dump_json(), media_type="application/json")
     actor = Actor("operator", principal.owner)
     async with state.engine.begin() as conn:
         row = await bulk.accept(

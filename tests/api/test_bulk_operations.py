@@ -10,7 +10,6 @@ import uuid
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -61,7 +60,9 @@ async def test_a_bulk_resume_runs_in_batches_and_names_itself_in_each_history(
     await driver.fail(uuid.UUID(ended["id"]))
     queued = (
         await client.post(
-            "/v1/jobs", json={"kind": "atlas.noop", "input": {}, "tags": ["dest=down"]}, headers=keys.a
+            "/v1/jobs",
+            json={"kind": "atlas.noop", "input": {}, "tags": ["dest=down"]},
+            headers=keys.a,
         )
     ).json()
 
@@ -93,11 +94,13 @@ async def test_a_bulk_resume_runs_in_batches_and_names_itself_in_each_history(
         "skipped": 2,
         "skipped_by_reason": {"already_ended": 1, "not_allowed_in_state:queued": 1},
     }
-    assert done["started_at"] is not None and done["finished_at"] is not None
+    assert done["started_at"] is not None
+    assert done["finished_at"] is not None
     assert done["links"]["cancel"] is None
     for job_id in stuck:
         status = (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()
-        assert status["state"] == "queued" and status["reason"] == "resumed"
+        assert status["state"] == "queued"
+        assert status["reason"] == "resumed"
         history = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.op)).json()
         [resumed] = [i for i in history["items"] if i["transition"] == "resume"]
         assert resumed["actor"] == "operator:ops"
@@ -133,7 +136,8 @@ async def test_an_id_list_counts_missing_ids_and_cancels_what_it_may(
             job_ids=[stuck[0], queued["id"], canceled["id"], ghost],
         )
     ).json()
-    assert op["job_count"] == 4 and op["filter"] is None
+    assert op["job_count"] == 4
+    assert op["filter"] is None
     await runner(engine, transitions, batch_size=3).run_once()
     done = (await client.get(op["links"]["self"], headers=keys.op)).json()
     assert done["counts"]["done"] == 2
@@ -162,7 +166,8 @@ async def test_replay_and_fail_act_once_per_job(
     ] == 2
     for job_id in stuck:
         job = (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()
-        assert job["state"] == "failed" and job["error"]["code"] == "operator_failed"
+        assert job["state"] == "failed"
+        assert job["error"]["code"] == "operator_failed"
 
     first = (await start(client, keys.op, action="replay", filter={"tag": ["r=1"]})).json()
     await runner(engine, transitions).run_once()
@@ -170,15 +175,18 @@ async def test_replay_and_fail_act_once_per_job(
     await runner(engine, transitions).run_once()
     one = (await client.get(first["links"]["self"], headers=keys.op)).json()["counts"]
     two = (await client.get(second["links"]["self"], headers=keys.op)).json()["counts"]
-    assert one["done"] == 2 and one["skipped"] == 0
-    assert two["done"] == 0 and two["skipped_by_reason"] == {"already_replayed": 2}
+    assert one["done"] == 2
+    assert one["skipped"] == 0
+    assert two["done"] == 0
+    assert two["skipped_by_reason"] == {"already_replayed": 2}
     replays = (
         await client.get("/v1/jobs", params={"tag": "r=1", "state": "queued"}, headers=keys.op)
     ).json()
     assert sorted(j["replay_of"] for j in replays["items"]) == sorted(stuck)
     [new] = [j for j in replays["items"] if j["replay_of"] == stuck[0]]
     [created] = (await client.get(f"/v1/jobs/{new['id']}/history", headers=keys.op)).json()["items"]
-    assert created["transition"] == "replay" and created["actor"] == "operator:ops"
+    assert created["transition"] == "replay"
+    assert created["actor"] == "operator:ops"
     assert created["data"]["bulk_operation"] == first["id"]
 
 
@@ -264,7 +272,8 @@ async def test_cancel_prefer_wait_and_events(
     queued = (await start(client, keys.op, action="resume", filter={"tag": ["c=1"]})).json()
     canceled = await client.post(f"{queued['links']['self']}/cancel", headers=keys.op)
     assert canceled.status_code == 202
-    assert canceled.json()["state"] == "canceled" and canceled.json()["counts"]["matched"] == 0
+    assert canceled.json()["state"] == "canceled"
+    assert canceled.json()["counts"]["matched"] == 0
     again = await client.post(f"{queued['links']['self']}/cancel", headers=keys.op)
     assert again.status_code == 409
     assert again.json()["type"].endswith("bulk-operation-ended")
@@ -281,7 +290,8 @@ async def test_cancel_prefer_wait_and_events(
     stream = await client.get(op["links"]["events"], headers=keys.op)
     events = parse_sse(stream.text)
     progress = [e for e in events if e.get("event") == "progress"]
-    assert progress and '"succeeded"' in progress[-1]["data"]
+    assert progress
+    assert '"succeeded"' in progress[-1]["data"]
     listed = (await client.get("/v1/bulk-operations", headers=keys.op)).json()
     assert [o["id"] for o in listed["items"]] == [op["id"], queued["id"]]
 

@@ -22,8 +22,8 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 
 class JobSearch(StrictModel):
     """Which jobs: every field given must match (a field's values are alternatives;
-    tags must all be present). Time ranges are half-open, ``[after, before)``, with a
-    time zone. An unknown field is 422."""
+    tags must all be present). Time ranges are half-open, [after, before), with a time
+    zone. An unknown field is 422."""
 
     state: list[JobState] = Field(
         default_factory=list, max_length=len(JobState), description="Any of these states."
@@ -84,7 +84,7 @@ class JobSearch(StrictModel):
 
 
 class JobListQuery(JobSearch):
-    """``GET /v1/jobs``: a filter, and the page to read."""
+    """A job search: a filter, and the page to read."""
 
     limit: int = Field(default=20, ge=1, le=MAX_PAGE, description="Jobs per page.")
     cursor: str | None = Field(

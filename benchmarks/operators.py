@@ -6,13 +6,15 @@ resume cost.
     mix an operator searches: forty owners, mostly succeeded, 2 % failed
     (``error.code`` ``cannot_build``), 0.33 % unresolved ``document.publish`` jobs (last
     error ``destination_down``), every tenth job tagged ``batch=<n>`` (one of 100).
-    Then ``VACUUM ANALYZE`` and one search page (20 jobs, ``reads.list_jobs``, the
-    route's query) timed ``BENCH_SEARCH_READS`` times per filter: across owners with
-    none, ``state=unresolved&kind=document.publish`` (the runbook's), a tag, one owner,
-    ``state=failed&error_code=cannot_build``, and the first of these again on its next
-    page (a cursor). First at ``BENCH_SEARCH_SMALL`` jobs, then the table is grown with
-    the same mix to ``BENCH_SEARCH_LARGE``. Ratio per filter: p50 at the large size /
-    p50 at the small one; and the p50 of a plain primary-key read for scale.
+    Two databases, one of ``BENCH_SEARCH_SMALL`` jobs and one of ``BENCH_SEARCH_LARGE``,
+    filled the same way and ``VACUUM ANALYZE``d; then one search page (20 jobs,
+    ``reads.list_jobs``, the route's query) is read on each in turn,
+    ``BENCH_SEARCH_READS`` rounds, per filter: across owners with none,
+    ``state=unresolved&kind=document.publish`` (the runbook's), a tag, one owner,
+    ``state=failed&error_code=cannot_build``, and the runbook's again on its next page
+    (a cursor); and a primary-key read for scale. Alternating the two sizes puts both in
+    the same minutes of a shared machine. Ratio per filter: p50 at the large size / p50
+    at the small one. The large table's plans are kept in the report.
 ``bulk_resume``
     A real ``atlas-jobs worker`` process (``--concurrency 16``) drains
     ``BENCH_BULK_JOBS`` queued ``atlas.noop`` jobs (the drain rate: jobs/s from the
@@ -107,64 +109,90 @@ async def _fill(conn: AsyncConnection, start: int, stop: int) -> None:
         await conn.execute(SEARCH_FILL, {"start": first, "stop": min(first + FILL_CHUNK - 1, stop)})
 
 
-async def _p50(conn: AsyncConnection, page: reads.JobFilter, reads_n: int) -> float:
-    times = []
-    for _ in range(reads_n):
-        t0 = time.perf_counter()
-        rows = await reads.list_jobs(conn, page)
-        times.append(time.perf_counter() - t0)
-        assert rows, page
-    return statistics.median(times) * 1000
+def _pages() -> dict[str, reads.JobFilter]:
+    return dict(FILTERS)
 
 
-async def _measure(conn: AsyncConnection, reads_n: int) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for name, page in FILTERS.items():
-        found[name] = await _p50(conn, page, reads_n)
-    first = await reads.list_jobs(conn, FILTERS["unresolved_kind"])
-    found["unresolved_kind_next_page"] = await _p50(
-        conn,
-        reads.JobFilter(
-            owner=None,
-            states=["unresolved"],
-            kinds=["document.publish"],
-            before_seq=first[19].seq,
-        ),
-        reads_n,
-    )
-    some_id = (await conn.execute(select(jobs.c.id).limit(1))).scalar_one()
-    times = []
-    for _ in range(reads_n):
-        t0 = time.perf_counter()
-        await reads.get_job(conn, some_id, owner=None)
-        times.append(time.perf_counter() - t0)
-    found["primary_key_read"] = statistics.median(times) * 1000
-    return found
+async def _read_ms(conn: AsyncConnection, page: reads.JobFilter) -> float:
+    t0 = time.perf_counter()
+    rows = await reads.list_jobs(conn, page)
+    elapsed = time.perf_counter() - t0
+    assert rows, page
+    return elapsed * 1000
 
 
-async def search(url: str, *, small: int, large: int, reads_n: int) -> dict[str, Any]:
-    engine = create_engine(url, pool_size=2, application_name="atlas-bench-search")
+async def _pk_ms(conn: AsyncConnection, job_id: Any) -> float:
+    t0 = time.perf_counter()
+    await reads.get_job(conn, job_id, owner=None)
+    return (time.perf_counter() - t0) * 1000
+
+
+async def _plan(conn: AsyncConnection, page: reads.JobFilter) -> str:
+    """The plan's nodes, top down, for the report (which index each page walks)."""
+    conditions = reads.job_conditions(page)
+    if page.before_seq is not None:
+        conditions.append(jobs.c.seq < page.before_seq)
+    query = select(jobs).where(*conditions).order_by(jobs.c.seq.desc()).limit(page.limit + 1)
+    compiled = query.compile(conn.engine, compile_kwargs={"literal_binds": True})
+    rows = await conn.execute(text(f"EXPLAIN {compiled}"))
+    nodes = [r[0].strip().removeprefix("->  ").split("  (")[0] for r in rows]
+    return " / ".join(n for n in nodes if not n.startswith(("Filter", "Index Cond", "Recheck")))
+
+
+async def search(
+    url_small: str, url_large: str, *, small: int, large: int, reads_n: int
+) -> dict[str, Any]:
+    """Both tables filled first, then every page read on each in turn (the same minutes
+    of a shared machine for both sizes)."""
+    engines = [
+        create_engine(u, pool_size=1, application_name="atlas-bench-search")
+        for u in (url_small, url_large)
+    ]
     try:
-        async with engine.connect() as conn:
+        conns = [await e.connect() for e in engines]
+        for conn, size in zip(conns, (small, large), strict=True):
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             t0 = time.perf_counter()
-            await _fill(conn, 1, small)
+            await _fill(conn, 1, size)
             await conn.execute(text("VACUUM ANALYZE jobs"))
-            log(f"[bench] search: {small:,} jobs in {time.perf_counter() - t0:.1f} s")
-            at_small = await _measure(conn, reads_n)
-            t0 = time.perf_counter()
-            await _fill(conn, small + 1, large)
-            await conn.execute(text("VACUUM ANALYZE jobs"))
-            log(f"[bench] search: {large:,} jobs in {time.perf_counter() - t0:.1f} s")
-            at_large = await _measure(conn, reads_n)
+            log(f"[bench] search: {size:,} jobs in {time.perf_counter() - t0:.1f} s")
+        pages = _pages()
+        for name in ("unresolved_kind",):
+            first = [await reads.list_jobs(conn, pages[name]) for conn in conns]
+        next_pages = [
+            reads.JobFilter(
+                owner=None,
+                states=["unresolved"],
+                kinds=["document.publish"],
+                before_seq=rows[19].seq,
+            )
+            for rows in first
+        ]
+        ids = [(await c.execute(select(jobs.c.id).limit(1))).scalar_one() for c in conns]
+        times: dict[str, list[list[float]]] = {
+            name: [[], []] for name in [*pages, "unresolved_kind_next_page", "primary_key_read"]
+        }
+        for _ in range(reads_n):
+            for i, conn in enumerate(conns):
+                for name, page in pages.items():
+                    times[name][i].append(await _read_ms(conn, page))
+                times["unresolved_kind_next_page"][i].append(await _read_ms(conn, next_pages[i]))
+                times["primary_key_read"][i].append(await _pk_ms(conn, ids[i]))
+        plans = {name: await _plan(conns[1], page) for name, page in pages.items()}
+        plans["unresolved_kind_next_page"] = await _plan(conns[1], next_pages[1])
+        for conn in conns:
+            await conn.close()
     finally:
-        await engine.dispose()
+        for engine in engines:
+            await engine.dispose()
+    p50 = {name: [statistics.median(t[0]), statistics.median(t[1])] for name, t in times.items()}
     return {
         "small": small,
         "large": large,
-        "p50_ms_small": {k: round(v, 3) for k, v in at_small.items()},
-        "p50_ms_large": {k: round(v, 3) for k, v in at_large.items()},
-        "ratios": {k: round(at_large[k] / at_small[k], 2) for k in at_small},
+        "p50_ms_small": {k: round(v[0], 3) for k, v in p50.items()},
+        "p50_ms_large": {k: round(v[1], 3) for k, v in p50.items()},
+        "ratios": {k: round(v[1] / v[0], 2) for k, v in p50.items()},
+        "plans_large": plans,
     }
 
 
@@ -243,7 +271,8 @@ async def _drained(engine: Any, n: int, worker: subprocess.Popen[bytes]) -> floa
         async with engine.connect() as conn:
             row = (await conn.execute(query)).one()
         if row.done >= n:
-            return float(n - 1) / max((row.last - row.first).total_seconds(), 1e-6)
+            seconds = float((row.last - row.first).total_seconds())
+            return float(n - 1) / max(seconds, 1e-6)
         await asyncio.sleep(0.2)
     raise RuntimeError("the drain did not finish")
 

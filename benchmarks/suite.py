@@ -1187,11 +1187,13 @@ async def section_operators(base_url: str, knobs: Knobs, run_id: str) -> dict[st
     """Search pages at two table sizes, and a bulk resume against the drain rate
     (:mod:`benchmarks.operators`), each on a database of its own."""
     found: dict[str, Any] = {}
-    async with scratch_database(
-        base_url, f"atlas_bench_search_{run_id}", knobs.keep_databases
-    ) as url:
+    async with (
+        scratch_database(base_url, f"atlas_bench_search_s_{run_id}", knobs.keep_databases) as small,
+        scratch_database(base_url, f"atlas_bench_search_l_{run_id}", knobs.keep_databases) as large,
+    ):
         found["search"] = await operators.search(
-            url,
+            small,
+            large,
             small=_int("BENCH_SEARCH_SMALL", 10_000),
             large=_int("BENCH_SEARCH_LARGE", 1_000_000),
             reads_n=_int("BENCH_SEARCH_READS", 50),

@@ -7,8 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from atlas_jobs._app.api.schemas import ErrorPublic, JobPublic, StrictModel
 from atlas_jobs._app.api.search_schemas import JobSearch
@@ -20,13 +19,22 @@ COUNT_CAP = 100_000
 """A dry run counts at most this many matches (``matched_capped`` says it stopped)."""
 
 
+def _one_of_filter_and_ids(schema: dict[str, Any]) -> None:
+    """The document says what the validation does: `filter` or `job_ids`, exactly one, and
+    when given, not null (the models accept an absent member as None: a nullable union
+    would name its branches in a 422's `loc`)."""
+    for name in ("filter", "job_ids", "note"):
+        member = schema["properties"][name]
+        member.pop("default", None)
+        [given] = [option for option in member.pop("anyOf") if option.get("type") != "null"]
+        member.update(given)
+    schema["oneOf"] = [{"required": ["filter"]}, {"required": ["job_ids"]}]
+
+
 class BulkOperationCreate(StrictModel):
     """What to do, to which jobs: exactly one of `filter` and `job_ids`."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"oneOf": [{"required": ["filter"]}, {"required": ["job_ids"]}]},
-    )
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_filter_and_ids)
 
     action: BulkAction = Field(
         description=(
@@ -34,23 +42,30 @@ class BulkOperationCreate(StrictModel):
             "(unresolved jobs), `replay` (terminal jobs, each once: a new job)."
         )
     )
-    filter: JobSearch | SkipJsonSchema[None] = Field(
+    filter: JobSearch | None = Field(
         default=None,
         description=(
             "The jobs `GET /v1/jobs` would list with these filters (any owner), as they "
             "are when the operation is accepted: jobs created later are not included."
         ),
     )
-    job_ids: (
-        Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_IDS)] | SkipJsonSchema[None]
-    ) = Field(default=None, description="These jobs.")
-    note: Annotated[str, Field(max_length=2000)] | SkipJsonSchema[None] = Field(
+    job_ids: Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_IDS)] | None = Field(
+        default=None, description="These jobs."
+    )
+    note: Annotated[str, Field(max_length=2000)] | None = Field(
         default=None, description="Why; recorded in every touched job's history."
     )
     dry_run: bool = Field(
         default=False,
         description="Only count the matching jobs and show a sample; nothing is created.",
     )
+
+    @field_validator("filter", "job_ids", "note", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave it out rather than send null")
+        return value
 
     @model_validator(mode="after")
     def _one_selection(self) -> BulkOperationCreate:

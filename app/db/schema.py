@@ -221,7 +221,7 @@ Index(
 # the two frequencies, and the search reads every unresolved job and sorts them instead
 # of walking ix_jobs_attention for one page (revision b8fd571ff01f).
 JOBS_STATE_KIND_STATISTICS = "CREATE STATISTICS jobs_state_kind (mcv) ON state, kind FROM jobs"
-event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))
+event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))  # type: ignore[no-untyped-call]
 # Search by tag: only tagged jobs are in it.
 Index(
     "ix_jobs_tags",

@@ -67,6 +67,8 @@ from atlas_jobs._app.services.refusals import (
 from atlas_jobs._app.services.schemas import JobCreateBase, JobPublic
 from atlas_jobs._app.services.timing import Timing, timing
 from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.tags import first_repeat
+from atlas_jobs._app.tags import normalized as normalized_tags
 from atlas_jobs._app.transitions import KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
 
@@ -318,13 +320,16 @@ def fingerprint(
     kind: str,
     normalized_input: dict[str, Any],
     notify: uuid.UUID | None = None,
+    tags: Sequence[str] = (),
     when: Timing | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    whom it notifies when it does, and when it may start)."""
+    whom it notifies when it does, its tags, sorted, and when it may start)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
+    if tags:
+        document["tags"] = list(tags)
     if when is not None:
         document |= when.fingerprinted()
     canonical = json.dumps(
@@ -336,10 +341,28 @@ def fingerprint(
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def checked_tags(body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)) -> tuple[str, ...]:
+    """The body's tags as stored (sorted), or a 422 naming the first repeated one."""
+    repeat = first_repeat(body.tags)
+    if repeat is not None:
+        raise InvalidRequest(
+            "A job's tags are a set: a tag appears twice",
+            errors=[
+                {
+                    "loc": [str(part) for part in (*loc, "tags", repeat)],
+                    "msg": "repeated tag",
+                    "type": "tag_repeated",
+                }
+            ],
+        )
+    return normalized_tags(body.tags)
+
+
 def _prepare(
     request: CreationRequest, owner: str, request_id: str | None, clock: Clock
 ) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
+    tags = checked_tags(request.body, request.loc)
     when = timing(request.body, request.loc, clock)
     new = NewJob(
         owner=owner,
@@ -350,6 +373,7 @@ def _prepare(
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
         idempotency_key=request.idempotency_key,
+        tags=tags,
         traceparent=tracing.current_traceparent(),
         run_at=when.run_at,
         run_after=when.run_after,
@@ -359,7 +383,7 @@ def _prepare(
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify, when)
+        else fingerprint(spec.name, normalized, request.body.notify, tags, when)
     )
     return _Prepared(request, new, digest)
 

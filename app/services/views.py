@@ -193,6 +193,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "delivery": {"state": delivery, "expires_at": job.delivery_expires_at},
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
+        "tags": list(getattr(job, "tags", None) or ()),
         "replay_of": job.replay_of,
         "run_at": getattr(job, "run_at", None),
         "start_by": getattr(job, "start_by", None),

@@ -2187,6 +2187,45 @@ created AS (
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at FROM created;
 
+-- name: create_batch_tagged
+-- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
+WITH input AS (
+    SELECT *
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+           WITH ORDINALITY
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
+), 
+created AS (
+    INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
+                      max_elapsed_seconds, created_at, updated_at, available_at,
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by, tags)
+    SELECT id, owner, kind, kind_version, input, 'queued', 'new',
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+      FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
+     ORDER BY ord
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             event_id, note, data)
+    SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
+      FROM input AS i
+)
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at FROM created;
+
 -- name: create_admitted_one
 -- create_admitted: create under the owner's admission cap; one job, bound as scalars.
 WITH admission AS (
@@ -2269,6 +2308,50 @@ created AS (
       FROM input AS i
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at, admission.unfinished AS admission_unfinished
+  FROM admission LEFT JOIN created ON true;
+
+-- name: create_admitted_batch_tagged
+-- create_admitted: create under the owner's admission cap; a batch, bound as arrays, with the jobs' tags.
+WITH admission AS (
+    SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
+           AS unfinished
+), input AS (
+    SELECT *
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+           WITH ORDINALITY
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
+     WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
+), 
+created AS (
+    INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
+                      max_elapsed_seconds, created_at, updated_at, available_at,
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by, tags)
+    SELECT id, owner, kind, kind_version, input, 'queued', 'new',
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+      FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
+     ORDER BY ord
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             event_id, note, data)
+    SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
+      FROM input AS i
+)
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_keyed_one

@@ -148,6 +148,7 @@ class WaitingReason(StrEnum):
     state nor a reason of one: computed when the status is read, never stored."""
 
     NO_WORKER = "no_worker"
+    PAUSED = "paused"
 
 
 WAITING_DOCS: Final = MappingProxyType(
@@ -155,6 +156,10 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
+        ),
+        WaitingReason.PAUSED: (
+            "An operator paused the job's kind (every version, or this one): no worker "
+            "claims it until the kind is resumed; attempts already running finish."
         ),
     }
 )

@@ -112,13 +112,25 @@ def _queued_label(status: Mapping[str, Any]) -> str:
     return f"{label} — {holding}" if holding else label
 
 
+def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
+    """A pause as words: "paused by operator:ops at 2026-12-02 06:10 UTC: destination
+    down" (no note: no colon after the time)."""
+    when = _timestamp(at)
+    shown = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if when else "an unknown time"
+    phrase = f"paused by {by} at {shown}"
+    return f"{phrase}: {note}" if note else phrase
+
+
 def _waiting_phrase(waiting: Any) -> str | None:
     """What holds a queued job (``waiting_for``), as words: "no worker serves
-    thumbnail.render@2"; for a reason this client does not know, the server's message."""
+    thumbnail.render@2", "paused by operator:ops at ...: note"; for a reason this client
+    does not know, the server's message."""
     if not isinstance(waiting, Mapping):
         return None
     if waiting.get("reason") == "no_worker":
         return f"no worker serves {waiting.get('kind')}"
+    if waiting.get("reason") == "paused":
+        return paused_phrase(str(waiting.get("by")), waiting.get("at"), waiting.get("note"))
     message = waiting.get("message")
     return str(message) if message else None
 

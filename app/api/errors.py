@@ -112,6 +112,12 @@ class WebhookNotFoundError(ApiError):
     status, slug, title = 404, "webhook-not-found", "No such webhook endpoint"
 
 
+class KindNotPausedError(ApiError):
+    """A resume of a kind (or version) that no pause holds."""
+
+    status, slug, title = 404, "kind-not-paused", "This kind (or version) is not paused"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 

@@ -277,12 +277,20 @@ class WaitingForPublic(BaseModel):
 
     reason: WaitingReason = Field(
         description="What holds it: `no_worker` -- no live worker process serves the "
-        "job's kind@version."
+        "job's kind@version; `paused` -- an operator paused its kind (`by`, `at`, `note`)."
     )
     kind: str | None = Field(
-        description="The `kind@version` it waits for a worker of (reason `no_worker`).",
+        description="The `kind@version` it waits for a worker of (reason `no_worker`), or "
+        "whose pause holds it (reason `paused`).",
         examples=["atlas.bundle@1"],
     )
+    by: str | None = Field(
+        default=None,
+        description="Who paused the kind (reason `paused`).",
+        examples=["operator:ops"],
+    )
+    at: datetime | None = Field(default=None, description="When the kind was paused.")
+    note: str | None = Field(default=None, description="Why, as the operator said.")
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
@@ -335,9 +343,9 @@ class JobPublic(BaseModel):
         description="The job this one replays (an operator's replay creates a new job)."
     )
     waiting_for: WaitingForPublic | None = Field(
-        description="Set on a queued job that something holds (no live worker serves its "
-        "kind@version); null otherwise. Read from the API's view of the live workers, "
-        "at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        description="Set on a queued job that something holds (its kind is paused, or no "
+        "live worker serves its kind@version); null otherwise. Read from the API's view of "
+        "the pauses and the live workers, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

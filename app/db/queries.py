@@ -265,6 +265,9 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # * ORDER BY (available_at, seq) walks ix_jobs_claimable (partial: state = 'queued') in
 #   index order, so the scan stops after LIMIT matching rows whatever the table size.
 # * The handler filter keeps a job that no running worker can handle visibly queued.
+# * A paused kind (kind_pauses: every version, 0, or one) is skipped here, in the claim
+#   itself, so no process claims it once the pause has committed, whatever its cache.
+#   The table has a few rows: an anti-join hashed once per claim statement.
 # * The UPDATE re-checks state = 'queued': under READ COMMITTED a row locked after a
 #   concurrent change is re-evaluated, and a changed row simply drops out.
 _CLAIM_WRITES = f"""
@@ -274,6 +277,8 @@ WITH picked AS (
      WHERE state = '{_Q}'
        AND available_at <= {_NOW}
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED

@@ -615,3 +615,36 @@ worker_processes = Table(
     CheckConstraint("concurrency > 0", name="concurrency_positive"),
     postgresql_with=WORKERS_STORAGE,
 )
+
+# Paused kinds (atlas_jobs._app.db.pauses): while a row names a kind -- every version
+# (``version`` 0) or one -- the claim takes none of its queued jobs; running attempts
+# finish. A few rows, read by every claim (the claim's ``picked`` selection) and by the
+# API's view of what holds a queued job (``waiting_for``: paused). Each pause and resume
+# is also appended to ``kind_pause_events`` with its actor and note.
+kind_pauses = Table(
+    "kind_pauses",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("paused_by", Text, nullable=False),
+    Column("paused_at", TZ, nullable=False, server_default=NOW),
+    Column("note", Text),
+    PrimaryKeyConstraint("kind", "version"),
+    CheckConstraint("version >= 0", name="version_known"),
+)
+
+KIND_PAUSE_ACTIONS: tuple[str, ...] = ("pause", "resume")
+
+kind_pause_events = Table(
+    "kind_pause_events",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("note", Text),
+    PrimaryKeyConstraint("seq"),
+    CheckConstraint(f"action IN ({sql_list(KIND_PAUSE_ACTIONS)})", name="action_known"),
+)

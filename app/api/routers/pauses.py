@@ -1,0 +1,160 @@
+"""Pausing a kind (``operator`` role): no worker claims its queued jobs until resumed.
+
+A pause holds from its commit on in every worker process (the claim reads it); the
+attempts already running finish. Each held queued job's status says ``waiting_for:
+paused`` (this API process at once, the others within
+``ATLAS_LIVE_WORKERS_REFRESH_SECONDS``). docs/protocol.md §3.6.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Response, status
+from pydantic.json_schema import SkipJsonSchema
+
+from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep
+from atlas_jobs._app.api.errors import KindNotPausedError, UnknownKindError
+from atlas_jobs._app.api.live_workers import refresh_once
+from atlas_jobs._app.api.pause_schemas import (
+    KindPauseCreate,
+    KindPauseEventPublic,
+    KindPausePublic,
+    KindPausesPublic,
+    KindResumeCreate,
+)
+from atlas_jobs._app.api.responses import problems
+from atlas_jobs._app.api.state import ApiState
+from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.db import pauses
+from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.transitions import Actor
+
+router = APIRouter(prefix="/v1", tags=["operations"])
+
+KindName = Path(min_length=1, max_length=200, description="The job kind.")
+
+
+def _actor(principal: Principal) -> str:
+    return str(Actor("operator", principal.owner))
+
+
+async def _refresh(state: ApiState) -> None:
+    """This process's view of the pauses (``waiting_for``) now, not at the next refresh."""
+    await refresh_once(
+        state.engine,
+        state.clock,
+        state.live_workers,
+        window_seconds=state.settings.worker_live_window_seconds,
+    )
+
+
+def _served(state: ApiState) -> set[str]:
+    return {key.split("@", 1)[0] for key in state.live_workers.counts or {}}
+
+
+async def _check_known(state: ApiState, kind: str) -> None:
+    """A kind the API accepts or a live worker serves; anything else is a typo."""
+    if kind in KINDS or kind in _served(state):
+        return
+    await _refresh(state)  # a worker that started since the last refresh
+    served = _served(state)
+    if kind not in served:
+        raise UnknownKindError(
+            f"Unknown kind {kind!r}; known kinds: {', '.join(sorted({*KINDS, *served}))}"
+        )
+
+
+@router.post(
+    "/kinds/{kind}/pause",
+    dependencies=[NoNullBody],
+    name="pause-kind",
+    response_model=KindPausePublic,
+    status_code=status.HTTP_201_CREATED,
+    summary="Pause a kind (or one version): its queued jobs are not claimed until resumed",
+    responses={
+        status.HTTP_200_OK: {
+            "model": KindPausePublic,
+            "description": "It was paused already: the pause in force (first actor, time "
+            "and note kept).",
+        },
+        status.HTTP_201_CREATED: {"description": "Paused now."},
+        **problems(400, 403, 413, 415, 422),
+    },
+)
+async def pause_kind(
+    state: StateDep,
+    principal: OperatorPrincipal,
+    response: Response,
+    kind: str = KindName,
+    body: KindPauseCreate | SkipJsonSchema[None] = None,
+) -> KindPausePublic:
+    """Attempts already running finish; queued jobs stay queued with `waiting_for`
+    `paused` (who, when, the note). Recorded in the pause events with the operator."""
+    await _check_known(state, kind)
+    body = body or KindPauseCreate()
+    async with state.engine.begin() as conn:
+        pause, made = await pauses.pause(
+            conn,
+            state.clock,
+            kind=kind,
+            version=body.version,
+            actor=_actor(principal),
+            note=body.note,
+        )
+    if not made:
+        response.status_code = status.HTTP_200_OK
+    await _refresh(state)
+    return KindPausePublic.of(pause)
+
+
+@router.post(
+    "/kinds/{kind}/resume",
+    dependencies=[NoNullBody],
+    name="resume-kind",
+    response_model=KindPausePublic,
+    summary="End a kind's pause: workers claim its queued jobs again at once",
+    responses={
+        status.HTTP_200_OK: {"description": "Resumed; the body is the pause that ended."},
+        **problems(400, 403, 404, 413, 415, 422),
+    },
+)
+async def resume_kind(
+    state: StateDep,
+    principal: OperatorPrincipal,
+    kind: str = KindName,
+    body: KindResumeCreate | SkipJsonSchema[None] = None,
+) -> KindPausePublic:
+    """Ends the pause of that version (or, without one, the every-version pause) and
+    wakes idle workers of the kind. A version's own pause and the kind's every-version
+    pause are separate: each is resumed by name. `404` when no such pause is in force."""
+    body = body or KindResumeCreate()
+    async with state.engine.begin() as conn:
+        ended = await pauses.resume(
+            conn,
+            state.clock,
+            kind=kind,
+            version=body.version,
+            actor=_actor(principal),
+            note=body.note,
+        )
+    if ended is None:
+        which = kind if body.version is None else f"{kind}@{body.version}"
+        raise KindNotPausedError(f"{which} is not paused", kind=kind, version=body.version)
+    await _refresh(state)
+    return KindPausePublic.of(ended)
+
+
+@router.get(
+    "/pauses",
+    name="list-pauses",
+    response_model=KindPausesPublic,
+    summary="The paused kinds, and the latest pauses and resumes",
+    responses=problems(403),
+)
+async def list_pauses(state: StateDep, principal: OperatorPrincipal) -> KindPausesPublic:
+    async with state.engine.connect() as conn:
+        found = await pauses.paused(conn)
+        latest = await pauses.events(conn)
+    return KindPausesPublic(
+        items=[KindPausePublic.of(p) for p in found],
+        events=[KindPauseEventPublic.of(e) for e in latest],
+    )

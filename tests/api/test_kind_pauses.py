@@ -16,12 +16,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs._app.apikeys import Role, create_key
 from atlas_jobs._app.db.schema import kind_pause_events, kind_pauses
 from atlas_jobs._app.lifecycle import JobState
 from atlas_jobs._app.presentation import Observation, present
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import NewJob, Transitions
+from tests.api.conftest import LiveApi
 from tests.api.support import Keys
+from tests.api.test_cli import cli
 from tests.workers.dbwait import CLIENT, attempt_rows, job_row, wait_for_state
 from tests.workers.procs import Fleet, WorkerSettings, fleet
 
@@ -113,9 +116,7 @@ async def test_a_paused_kind_stays_queued_its_running_attempt_finishes_and_resum
         await wait_for_state(engine, first, JobState.RUNNING, timeout=60)
 
         note = "destination down; resume once it answers"
-        paused = await client.post(
-            f"/v1/kinds/{KIND}/pause", json={"note": note}, headers=keys.op
-        )
+        paused = await client.post(f"/v1/kinds/{KIND}/pause", json={"note": note}, headers=keys.op)
         assert paused.status_code == 201, paused.text
         pause = paused.json()
         assert (pause["kind"], pause["version"], pause["note"]) == (KIND, None, note)
@@ -184,7 +185,7 @@ async def test_pausing_is_for_operators_and_answers_clear_problems(
     assert unknown.json()["type"] == "urn:atlas-jobs:problem:unknown-kind"
     bad = await client.post(path, json={"version": 0}, headers=keys.op)
     assert bad.status_code == 422
-    assert [e["field"] for e in bad.json()["errors"]] == ["body.version"]
+    assert [".".join(e["loc"]) for e in bad.json()["errors"]] == ["body.version"]
     extra = await client.post(path, json={"versions": 2}, headers=keys.op)
     assert extra.status_code == 422
 
@@ -219,3 +220,28 @@ async def test_pausing_is_for_operators_and_answers_clear_problems(
     assert resumed.json()["version"] == 1
     listed = (await client.get("/v1/pauses", headers=keys.op)).json()
     assert [(p["kind"], p["version"]) for p in listed["items"]] == [("atlas.bundle", None)]
+
+
+async def test_the_cli_pauses_lists_and_resumes_a_kind(
+    live_api: LiveApi, engine: AsyncEngine
+) -> None:
+    async with engine.begin() as conn:
+        operator = await create_key(conn, owner="ops", roles=[Role.OPERATOR])
+        client_key = await create_key(conn, owner="gail", roles=[Role.CLIENT])
+    env = {"ATLAS_URL": live_api.url, "ATLAS_API_KEY": operator}
+    paused = cli("pauses", "pause", "atlas.bundle", "--version", "1", "--note", "s3 down", env=env)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.startswith("atlas.bundle@1  paused by operator:ops at ")
+    assert paused.stdout.rstrip().endswith("  s3 down")
+    again = cli("pauses", "pause", "atlas.bundle", "--version", "1", env=env)
+    assert again.stdout.startswith("already atlas.bundle@1  paused by operator:ops")
+    listed = cli("pauses", "list", env=env)
+    assert listed.stdout.splitlines() == [paused.stdout.strip()]
+
+    refused = cli("pauses", "pause", "atlas.bundle", env={**env, "ATLAS_API_KEY": client_key})
+    assert refused.returncode == 4, refused.stderr
+    assert cli("pauses", "resume", "atlas.bundle", env=env).returncode == 1  # no such pause
+    resumed = cli("pauses", "resume", "atlas.bundle", "--version", "1", env=env)
+    assert (resumed.returncode, resumed.stdout.strip()) == (0, "resumed atlas.bundle@1")
+    empty = cli("pauses", "list", env=env)
+    assert (empty.stdout, empty.stderr.strip()) == ("", "no kind is paused")

@@ -53,5 +53,6 @@ async def test_the_claim_skips_a_paused_version_then_every_version_until_resumed
         ended = await pauses.resume(
             conn, clock, kind=KIND, version=None, actor="operator:ops", note=None
         )
-    assert ended is not None and ended.note == "x"
+    assert ended is not None
+    assert ended.note == "x"
     assert await claim(engine, transitions) == [f"{KIND}@1", f"{KIND}@2"]

@@ -8,8 +8,7 @@ paused`` (this API process at once, the others within
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path, Response, status
-from pydantic.json_schema import SkipJsonSchema
+from fastapi import APIRouter, Body, Path, Response, status
 
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep
 from atlas_jobs._app.api.errors import KindNotPausedError, UnknownKindError
@@ -30,6 +29,9 @@ from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
+# Both bodies are optional: no body is every version and no note.
+_NO_PAUSE_BODY = Body(default_factory=KindPauseCreate)
+_NO_RESUME_BODY = Body(default_factory=KindResumeCreate)
 KindName = Path(min_length=1, max_length=200, description="The job kind.")
 
 
@@ -85,12 +87,11 @@ async def pause_kind(
     principal: OperatorPrincipal,
     response: Response,
     kind: str = KindName,
-    body: KindPauseCreate | SkipJsonSchema[None] = None,
+    body: KindPauseCreate = _NO_PAUSE_BODY,
 ) -> KindPausePublic:
     """Attempts already running finish; queued jobs stay queued with `waiting_for`
     `paused` (who, when, the note). Recorded in the pause events with the operator."""
     await _check_known(state, kind)
-    body = body or KindPauseCreate()
     async with state.engine.begin() as conn:
         pause, made = await pauses.pause(
             conn,
@@ -121,12 +122,11 @@ async def resume_kind(
     state: StateDep,
     principal: OperatorPrincipal,
     kind: str = KindName,
-    body: KindResumeCreate | SkipJsonSchema[None] = None,
+    body: KindResumeCreate = _NO_RESUME_BODY,
 ) -> KindPausePublic:
     """Ends the pause of that version (or, without one, the every-version pause) and
     wakes idle workers of the kind. A version's own pause and the kind's every-version
     pause are separate: each is resumed by name. `404` when no such pause is in force."""
-    body = body or KindResumeCreate()
     async with state.engine.begin() as conn:
         ended = await pauses.resume(
             conn,

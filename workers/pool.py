@@ -90,6 +90,7 @@ from atlas_jobs._app.transitions import Actor, Transitions
 from atlas_jobs._workers import eventloop
 from atlas_jobs._workers.completer import Completer
 from atlas_jobs._workers.context import ClaimedJob, JobContext
+from atlas_jobs._workers.activity import ActivityRollup
 from atlas_jobs._workers.handlers import Handler, registry
 from atlas_jobs._workers.heartbeat import Heartbeat
 from atlas_jobs._workers.listener import WorkListener
@@ -203,6 +204,7 @@ class WorkerPool:
         )
         self._registering: asyncio.Task[None] | None = None
         self.reaper = Reaper(self.engine, self.transitions)
+        self.activity = ActivityRollup(self.engine, self.transitions.clock)
         self.pruner = Pruner(
             self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
             self.transitions.clock,
@@ -387,6 +389,10 @@ class WorkerPool:
             asyncio.create_task(
                 self._every(self.settings.sweeper_interval_seconds, self.sweeper.run_once),
                 name="sweeper",
+            ),
+            asyncio.create_task(
+                self._every(self.settings.activity_interval_seconds, self.activity.run_once),
+                name="activity",
             ),
             asyncio.create_task(
                 self._every(POOL_SAMPLE_SECONDS, self.sample_pool), name="pool-gauges"

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Column,
     Connection,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -648,3 +649,26 @@ kind_pause_events = Table(
     PrimaryKeyConstraint("seq"),
     CheckConstraint(f"action IN ({sql_list(KIND_PAUSE_ACTIONS)})", name="action_known"),
 )
+
+# The charts' per-minute rollup (atlas_jobs._app.db.activity): per minute and kind, jobs
+# created and finished by outcome, and the queue sampled in that minute (claimable
+# queued jobs, the oldest one's age). Maintained by the workers' activity service, which
+# recomputes only the last minute or two from the history; charts read ONE primary-key
+# range of it, whatever the size of ``jobs``. Rows older than two days are deleted.
+job_activity = Table(
+    "job_activity",
+    metadata,
+    Column("minute", TZ, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("created", Integer, nullable=False, server_default=text("0")),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("canceled", Integer, nullable=False, server_default=text("0")),
+    Column("queued", Integer, nullable=False, server_default=text("0")),
+    Column("oldest_queued_seconds", Float),
+    PrimaryKeyConstraint("minute", "kind"),
+)
+# The rollup finds the last minutes' history rows through a BRIN index on ``at``: the
+# history is appended in time order, and a BRIN index costs the appends almost nothing
+# (the newest pages stay unsummarized until vacuum), unlike a B-tree on every transition.
+Index("ix_job_history_at", job_history.c.at, postgresql_using="brin")

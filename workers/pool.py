@@ -88,9 +88,9 @@ from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import make_store
 from atlas_jobs._app.transitions import Actor, Transitions
 from atlas_jobs._workers import eventloop
+from atlas_jobs._workers.activity import ActivityRollup
 from atlas_jobs._workers.completer import Completer
 from atlas_jobs._workers.context import ClaimedJob, JobContext
-from atlas_jobs._workers.activity import ActivityRollup
 from atlas_jobs._workers.handlers import Handler, registry
 from atlas_jobs._workers.heartbeat import Heartbeat
 from atlas_jobs._workers.listener import WorkListener

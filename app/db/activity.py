@@ -94,7 +94,8 @@ SELECT span.now_minute,
        max(a.queued)::int AS queued,
        max(a.oldest_queued_seconds) AS oldest_queued_seconds
   FROM span
-  LEFT JOIN job_activity AS a ON a.minute > span.now_minute - make_interval(mins => CAST(:minutes AS int))
+  LEFT JOIN job_activity AS a
+         ON a.minute > span.now_minute - make_interval(mins => CAST(:minutes AS int))
  GROUP BY 1, 2, 3
  ORDER BY 2, 3
 """)

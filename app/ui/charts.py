@@ -76,7 +76,8 @@ def _frame(title: str, chart: Chart, top: float, unit: str, legend: Sequence[Ser
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT + plot_w}" y2="{TOP}" stroke="#d8dde6"/>',
         f'<text x="{LEFT - 4}" y="{TOP + 4}" font-size="11" text-anchor="end" fill="#333">'
         f"{escape(_number(top))}{escape(unit)}</text>",
-        f'<text x="{LEFT - 4}" y="{base + 4}" font-size="11" text-anchor="end" fill="#333">0</text>',
+        f'<text x="{LEFT - 4}" y="{base + 4}" font-size="11" text-anchor="end" '
+        'fill="#333">0</text>',
     ]
     buckets = chart.buckets
     if buckets:
@@ -165,6 +166,14 @@ def lines(test_id: str, title: str, chart: Chart, series: Sequence[Series], unit
     return _svg(test_id, f"{title}: now {latest or 'nothing queued'}", parts)
 
 
+def _field(name: str) -> Callable[[Point], float]:
+    return lambda point: float(getattr(point, name))
+
+
+def _age_of(kind: str) -> Callable[[Point], float]:
+    return lambda point: (point.oldest_queued_seconds or 0.0) if point.kind == kind else 0.0
+
+
 def created_chart(chart: Chart) -> Markup:
     created = Series("created", CREATED_COLOUR, _per_bucket(chart, lambda p: p.created))
     return stacked_bars("chart-created", "Jobs created", chart, [created])
@@ -172,8 +181,7 @@ def created_chart(chart: Chart) -> Markup:
 
 def finished_chart(chart: Chart) -> Markup:
     series = [
-        Series(name, colour, _per_bucket(chart, lambda p, n=name: float(getattr(p, n))))
-        for name, colour in OUTCOME_COLOURS
+        Series(name, colour, _per_bucket(chart, _field(name))) for name, colour in OUTCOME_COLOURS
     ]
     return stacked_bars("chart-finished", "Jobs finished, by outcome", chart, series)
 
@@ -187,11 +195,7 @@ def queue_age_chart(chart: Chart) -> Markup:
         oldest[point.kind] = max(oldest.get(point.kind, 0.0), age)
     shown = sorted((k for k, age in oldest.items() if age > 0), key=lambda k: -oldest[k])
     series = [
-        Series(
-            kind,
-            LINE_COLOURS[i],
-            _per_bucket(chart, lambda p, k=kind: (p.oldest_queued_seconds or 0.0) * (p.kind == k)),
-        )
+        Series(kind, LINE_COLOURS[i], _per_bucket(chart, _age_of(kind)))
         for i, kind in enumerate(shown[:MAX_KINDS])
     ]
     return lines("chart-queue-age", "Oldest queued job, per kind", chart, series, " s")

@@ -89,6 +89,7 @@ from atlas_jobs._app.storage import make_store
 from atlas_jobs._app.transitions import Actor, Transitions
 from atlas_jobs._workers import eventloop
 from atlas_jobs._workers.activity import ActivityRollup
+from atlas_jobs._workers.bulk_runner import BulkRunner
 from atlas_jobs._workers.completer import Completer
 from atlas_jobs._workers.context import ClaimedJob, JobContext
 from atlas_jobs._workers.handlers import Handler, registry
@@ -205,6 +206,13 @@ class WorkerPool:
         self._registering: asyncio.Task[None] | None = None
         self.reaper = Reaper(self.engine, self.transitions)
         self.activity = ActivityRollup(self.engine, self.transitions.clock)
+        self.bulk = BulkRunner(
+            self.engine,
+            self.transitions,
+            worker_id=self.worker_id,
+            batch_size=settings.bulk_batch_size,
+            lease_seconds=settings.bulk_lease_seconds,
+        )
         self.pruner = Pruner(
             self.statements,  # one statement per batch: no BEGIN/COMMIT round trips
             self.transitions.clock,
@@ -396,6 +404,10 @@ class WorkerPool:
             ),
             asyncio.create_task(
                 self._every(POOL_SAMPLE_SECONDS, self.sample_pool), name="pool-gauges"
+            ),
+            asyncio.create_task(
+                self._every(self.settings.bulk_interval_seconds, self.bulk.run_once),
+                name="bulk-operations",
             ),
             asyncio.create_task(
                 self._every(self.settings.scheduler_interval_seconds, self.scheduler.run_once),

@@ -109,6 +109,25 @@ def visible_owner(principal: Principal) -> str | None:
     return None if principal.has(Role.OPERATOR) else principal.owner
 
 
+def search_scope(principal: Principal, *, review_scope: str) -> str | None:
+    """Whose jobs the caller may search: every owner's for operators, and for reviewers
+    when the review scope is global; otherwise its own."""
+    if principal.has(Role.OPERATOR):
+        return None
+    if principal.has(Role.REVIEWER) and review_scope == "global":
+        return None
+    return principal.owner
+
+
+def check_owner_filter(owners: list[str], scope: str | None) -> None:
+    """A search scoped to one owner names no other (403: the role is missing)."""
+    if scope is not None and any(owner != scope for owner in owners):
+        raise ForbiddenError(
+            "Searching another owner's jobs needs the operator role (or a reviewer's "
+            "global review scope)"
+        )
+
+
 def bind_job(job_id: uuid.UUID) -> None:
     structlog.contextvars.bind_contextvars(job_id=str(job_id))
 

@@ -118,6 +118,16 @@ class KindNotPausedError(ApiError):
     status, slug, title = 404, "kind-not-paused", "This kind (or version) is not paused"
 
 
+class BulkOperationNotFoundError(ApiError):
+    status, slug, title = 404, "bulk-operation-not-found", "No such bulk operation"
+
+
+class BulkOperationEndedError(ApiError):
+    """A cancel of a bulk operation that has ended (``state`` says how)."""
+
+    status, slug, title = 409, "bulk-operation-ended", "The bulk operation has ended"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 

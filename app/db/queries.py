@@ -65,6 +65,7 @@ _CREATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("idempotency_key", "text"),
     ("replay_of", "uuid"),
     ("data", "jsonb"),
+    ("tags", "jsonb"),
 )
 _BATCH_INPUT = f"""
     SELECT *
@@ -73,6 +74,11 @@ _BATCH_INPUT = f"""
            AS i({", ".join(n for n, _ in _CREATION_FIELDS)}, ord)"""
 _ONE_INPUT = f"""
     SELECT {", ".join(f"CAST(:p_{n} AS {t}) AS {n}" for n, t in _CREATION_FIELDS)}"""
+
+
+# A job's tags travel as one JSON array per job (a batch's arrays of arrays would be
+# flattened by unnest); none given (NULL): no tags.
+_TAGS = "ARRAY(SELECT jsonb_array_elements_text(input.tags))"
 
 
 def _creation_writes(*, one: bool, by_key: bool = True) -> str:
@@ -87,10 +93,10 @@ def _creation_writes(*, one: bool, by_key: bool = True) -> str:
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, tags)
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
            max_attempts, max_elapsed_seconds, {_NOW}, {_NOW}, {_NOW}, {_NOW}, request_id,
-           idempotency_key, replay_of
+           idempotency_key, replay_of, {_TAGS}
       FROM input{in_order}
  RETURNING {_RETURNED}, {_NOW} AS observed_at
 ), recorded AS (

@@ -160,6 +160,7 @@ class RequestMoves(Service):
             max_attempts=old.max_attempts,
             max_elapsed_seconds=old.max_elapsed_seconds,
             replay_of=old.id,
+            tags=tuple(old.tags),
         )
         [created] = await self.create_many(
             conn, [new], actor=actor, transition=_N.REPLAY, note=note
@@ -333,6 +334,7 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_idempotency_key": new.idempotency_key,
         "p_replay_of": new.replay_of,
         "p_data": _creation_data(new),
+        "p_tags": json.dumps(list(new.tags)) if new.tags else None,
     }
 
 
@@ -353,6 +355,7 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
         "p_replay_of": _optional([n.replay_of for n in batch]),
         "p_data": _optional([_creation_data(n) for n in batch]),
+        "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
     }
 
 

@@ -22,8 +22,9 @@ from atlas_jobs._app.api.deps import StateDep, visible_owner
 from atlas_jobs._app.api.errors import ApiError, JobNotFoundError
 from atlas_jobs._app.api.reading import answer, public_status
 from atlas_jobs._app.api.routers import kinds, operations
-from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
+from atlas_jobs._app.api.routers.jobs import actor_for, request_id
 from atlas_jobs._app.api.schemas import JobPublic, ResultFile
+from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.api.views import effective_delivery, history_item, job_status, result_files
 from atlas_jobs._app.apikeys import authenticate, end_session, open_session

@@ -17,7 +17,7 @@ from tests.support import Server, alembic
 
 PAUSES = "9c1d2e3f4a5b"
 ACTIVITY = "4e5f6a7b8c9d"
-PARENT = "fb1ecd289857"
+PARENT = "b8fd571ff01f"
 TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
 INDEXES = "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
 

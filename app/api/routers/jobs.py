@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -17,6 +18,8 @@ from atlas_jobs._app.api.deps import (
     StateDep,
     api_state,
     bind_job,
+    check_owner_filter,
+    search_scope,
     visible_owner,
 )
 from atlas_jobs._app.api.errors import JobNotFoundError
@@ -44,6 +47,7 @@ from atlas_jobs._app.api.schemas import (
     JobPage,
     JobPublic,
 )
+from atlas_jobs._app.api.search_schemas import JobListQuery
 from atlas_jobs._app.api.views import (
     etag_matches,
     history_item,
@@ -53,14 +57,12 @@ from atlas_jobs._app.api.views import (
 )
 from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.db import reads
-from atlas_jobs._app.lifecycle import JobState
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])
 """``/v1/jobs:batch`` has no ``/`` after ``jobs``: it never reaches ``/v1/jobs/{job_id}``."""
 
-MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
 _DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
@@ -161,9 +163,6 @@ async def create_many(
     return JobBatchPublic(items=items)
 
 
-CURSOR_PATTERN = r"^c[0-9]{1,18}$"
-
-
 def _parse_cursor(cursor: str | None) -> int | None:
     """Cursors are opaque to clients; the pattern makes every well-formed one valid."""
     return None if cursor is None else int(cursor[1:])
@@ -177,32 +176,29 @@ def _make_cursor(seq: int) -> str:
     "",
     name="list",
     response_model=JobPage,
-    summary="List the caller's jobs",
-    responses=problems(422),
+    summary="Search jobs",
+    responses=problems(403, 422),
 )
 async def list_jobs(
     api: StateDep,
     principal: CurrentPrincipal,
-    state: Annotated[list[JobState] | None, Query(description="Filter by state.")] = None,
-    kind: Annotated[list[str] | None, Query(description="Filter by kind.", max_length=20)] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
-    ] = None,
+    query: Annotated[JobListQuery, Query()],
 ) -> JobPage:
-    """Newest first, keyset pagination (stable under concurrent inserts)."""
-    page = reads.JobFilter(
-        owner=principal.owner,
-        states=[s.value for s in state or []],
-        kinds=kind or [],
-        before_seq=_parse_cursor(cursor),
-        limit=limit,
+    """Newest first, keyset pagination (stable under concurrent inserts: a page never
+    repeats or skips a job because newer ones arrived). Operators search every owner's
+    jobs (reviewers too with the global review scope); other keys their own. Each filter
+    field may repeat (`state=unresolved&state=failed`); an unknown field, or a range whose
+    end is not after its start, is 422."""
+    scope = search_scope(principal, review_scope=api.settings.review_scope)
+    check_owner_filter(query.owner, scope)
+    page = replace(
+        query.to_filter(scope=scope, limit=query.limit), before_seq=_parse_cursor(query.cursor)
     )
     async with api.reads.connect() as conn:
         rows = await reads.list_jobs(conn, page, now=api.clock.now())
-        shown = rows[:limit]
+        shown = rows[: query.limit]
         stages = await reads.stages_for(conn, [row.id for row in shown])
-    more = len(rows) > limit
+    more = len(rows) > query.limit
     return JobPage(
         items=[job_status(row, stages[row.id]) for row in shown],
         next_cursor=_make_cursor(shown[-1].seq) if more and shown else None,

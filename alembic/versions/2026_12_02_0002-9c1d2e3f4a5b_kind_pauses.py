@@ -6,7 +6,7 @@ jobs. ``kind_pause_events`` appends every pause and resume with its actor and no
 Two new tables, nothing else changes: the upgrade takes no lock on ``jobs``.
 
 Revision ID: 9c1d2e3f4a5b
-Revises: fb1ecd289857
+Revises: b8fd571ff01f
 Create Date: 2026-12-02 06:00:00.000000+00:00
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "9c1d2e3f4a5b"
-down_revision: str | None = "fb1ecd289857"
+down_revision: str | None = "b8fd571ff01f"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

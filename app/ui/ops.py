@@ -13,32 +13,51 @@ in the stream itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import Query, Request, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from atlas_jobs._app.api.bulk_schemas import (
+    BulkOperationCreate,
+    BulkOperationPreview,
+    BulkOperationPublic,
+)
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.errors import ApiError
 from atlas_jobs._app.api.pause_schemas import KindPauseCreate, KindResumeCreate
+from atlas_jobs._app.api.routers import bulk_operations as bulk_routes
 from atlas_jobs._app.api.routers import pauses as pause_routes
 from atlas_jobs._app.api.routers.events import RETRY_MILLISECONDS, SEP
+from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN, JobSearch
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.db import activity, pauses
+from atlas_jobs._app.api.views import job_status
+from atlas_jobs._app.db import activity, bulk, pauses, reads
 from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.lifecycle import (
+    ALL_STATES,
+    TERMINAL_BULK_OPERATION_STATES,
+    BulkAction,
+)
 from atlas_jobs._app.ui import charts
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
     CurrentViewer,
     UiForbiddenError,
+    UiNotFoundError,
     Viewer,
     check_csrf,
     check_same_origin,
 )
-from atlas_jobs._app.ui.routes import UiBadFilterError, page, read_form, router
+from atlas_jobs._app.ui.rendering import label_of
+from atlas_jobs._app.ui.routes import UiBadFilterError, is_htmx, page, read_form, router
 
 WindowName = Annotated[str, Query(alias="window", max_length=10)]
 
@@ -85,11 +104,13 @@ async def pauses_view(state: ApiState, notice: str | None = None) -> dict[str, A
 @router.get("/ops", name="ui-ops")
 async def ops_page(state: StateDep, viewer: CurrentViewer, window: WindowName = "hour") -> Response:
     operator(viewer)
+    search, query = search_of([])
     return page(
         "ops.html",
         viewer,
         **(await charts_view(state, window)),
         **(await pauses_view(state)),
+        **(await jobs_view(state, search, query, None)),
     )
 
 
@@ -171,3 +192,179 @@ async def _ticks(every: float) -> AsyncIterator[ServerSentEvent]:
 async def live(state: StateDep, viewer: CurrentViewer) -> Response:
     operator(viewer)
     return EventSourceResponse(_ticks(state.settings.activity_interval_seconds), sep=SEP)
+
+
+# --- jobs of every owner, and bulk operations ---------------------------------------------
+
+JOBS_SHOWN = 25
+MAX_BULK_FIELDS = JOBS_SHOWN + 40
+_FILTER_FIELDS = ("state", "kind", "owner", "tag", "error_code")
+_RANGE_FIELDS = ("created_after", "created_before")
+
+
+def search_of(pairs: Sequence[tuple[str, str]]) -> tuple[JobSearch, str]:
+    """The page's filter fields as the API's search model, and as a query string; a
+    field the search refuses is a 422 page naming it."""
+    lists: dict[str, list[str]] = {name: [] for name in _FILTER_FIELDS}
+    ranges: dict[str, str] = {}
+    for name, value in pairs:
+        value = value.strip()
+        if not value:
+            continue
+        if name in lists:
+            lists[name].append(value)
+        elif name in _RANGE_FIELDS:
+            ranges[name] = value
+    try:
+        search = JobSearch.model_validate({**lists, **ranges})
+    except ValidationError as invalid:
+        first = invalid.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UiBadFilterError(f"{where}: {first['msg']}") from None
+    kept = [(n, v) for n in _FILTER_FIELDS for v in lists[n]] + sorted(ranges.items())
+    return search, urlencode(kept)
+
+
+async def jobs_view(
+    state: ApiState, search: JobSearch, query: str, cursor: str | None
+) -> dict[str, Any]:
+    if cursor is not None and not re.fullmatch(CURSOR_PATTERN, cursor):
+        raise UiBadFilterError("Malformed page cursor")
+    page_filter = replace(
+        search.to_filter(scope=None, limit=JOBS_SHOWN),
+        before_seq=int(cursor[1:]) if cursor else None,
+    )
+    async with state.reads.connect() as conn:
+        rows = await reads.list_jobs(conn, page_filter, now=state.clock.now())
+        shown = rows[:JOBS_SHOWN]
+        stages = await reads.stages_for(conn, [row.id for row in shown])
+    items = []
+    for row in shown:
+        status = job_status(row, stages[row.id])
+        items.append((row.owner, status, label_of(status)[0]))
+    more = len(rows) > JOBS_SHOWN and shown
+    return {
+        "jobs": items,
+        "search": search,
+        "filter_query": query,
+        "all_states": [s.value for s in ALL_STATES],
+        "actions": [a.value for a in BulkAction],
+        "older": f"{query}&cursor=c{shown[-1].seq}".lstrip("&") if more else None,
+    }
+
+
+@router.get("/ops/jobs", name="ui-ops-jobs")
+async def ops_jobs(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    """Jobs of every owner matching the filter (the API's search), with checkboxes."""
+    operator(viewer)
+    pairs = list(request.query_params.multi_items())
+    search, query = search_of(pairs)
+    cursor = request.query_params.get("cursor")
+    return page("ops_jobs.html", viewer, **(await jobs_view(state, search, query, cursor)))
+
+
+async def _bulk_form(
+    request: Request, state: ApiState, viewer: Viewer
+) -> tuple[BulkOperationCreate, str]:
+    """The bulk form -- action, note, which jobs (the checked ones, or every match of the
+    page's filter) -- checked like every page form, as the API's request model."""
+    check_same_origin(request, state.settings.public_url)
+    body = await request.body()
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise UiForbiddenError("The page's forms send application/x-www-form-urlencoded")
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8", errors="replace"),
+            keep_blank_values=True,
+            max_num_fields=MAX_BULK_FIELDS,
+        )
+    except ValueError:
+        raise UiForbiddenError("Too many form fields") from None
+    form = dict(pairs)
+    check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
+    operator(viewer)
+    search, query = search_of(parse_qsl(form.get("filter", ""), max_num_fields=MAX_BULK_FIELDS))
+    selection = form.get("selection", "checked")
+    ids = [value for name, value in pairs if name == "job_id"]
+    if selection != "filter" and not ids:
+        raise UiBadFilterError("Check at least one job, or choose every match")
+    try:
+        chosen = BulkOperationCreate.model_validate(
+            {
+                "action": form.get("action", ""),
+                "note": (form.get("note") or "").strip() or None,
+                **(
+                    {"filter": search.model_dump(mode="json")}
+                    if selection == "filter"
+                    else {"job_ids": ids or None}
+                ),
+            }
+        )
+    except ValidationError as invalid:
+        first = invalid.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "form"
+        raise UiBadFilterError(f"{where}: {first['msg']}") from None
+    return chosen, query
+
+
+def _refused(request: Request, viewer: Viewer, refused: UiBadFilterError) -> Response:
+    """A bulk form the page must correct: in the panel (htmx swaps only 2xx answers),
+    else the 422 page."""
+    if not is_htmx(request):
+        raise refused
+    return page("ops_bulk_refused.html", viewer, reason=refused.detail)
+
+
+@router.post("/ops/bulk/preview", name="ui-ops-bulk-preview")
+async def bulk_preview(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    """The dry run: how many jobs the action would select, and a sample, with the
+    confirmation form (the same fields, no dry run)."""
+    try:
+        chosen, query = await _bulk_form(request, state, viewer)
+    except UiBadFilterError as refused:
+        return _refused(request, viewer, refused)
+    answered = await bulk_routes.create(
+        chosen.model_copy(update={"dry_run": True}), state, viewer.principal, Response()
+    )
+    preview = BulkOperationPreview.model_validate_json(answered.body)
+    return page(
+        "ops_bulk_preview.html",
+        viewer,
+        preview=preview,
+        chosen=chosen,
+        filter_query=query,
+        sample=[(s, label_of(s)[0]) for s in preview.sample],
+    )
+
+
+@router.post("/ops/bulk", name="ui-ops-bulk")
+async def bulk_create(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    try:
+        chosen, _ = await _bulk_form(request, state, viewer)
+    except UiBadFilterError as refused:
+        return _refused(request, viewer, refused)
+    made: BulkOperationPublic = await bulk_routes.create(
+        chosen.model_copy(update={"dry_run": False}), state, viewer.principal, Response()
+    )
+    return page("ops_bulk_progress.html", viewer, operation=made, done=_ended(made))
+
+
+def _ended(operation: BulkOperationPublic) -> bool:
+    return operation.state.value in TERMINAL_BULK_OPERATION_STATES
+
+
+@router.get("/ops/bulk/{operation_id}", name="ui-ops-bulk-progress")
+async def bulk_progress(operation_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
+    """One operation's progress; the fragment re-asks every second until it has ended."""
+    operator(viewer)
+    try:
+        wanted = uuid.UUID(operation_id)
+    except ValueError:
+        raise UiNotFoundError() from None
+    async with state.reads.connect() as conn:
+        row = await bulk.get(conn, wanted)
+    if row is None:
+        raise UiNotFoundError()
+    operation = bulk_routes.operation_public(row)
+    return page("ops_bulk_progress.html", viewer, operation=operation, done=_ended(operation))

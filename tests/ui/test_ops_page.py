@@ -5,6 +5,7 @@ pausing and resuming a kind from the page with the page's CSRF and origin checks
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 import httpx
 from fastapi import FastAPI
@@ -16,6 +17,9 @@ from atlas_jobs._app.lifecycle import JobState
 from tests.api.support import Keys
 from tests.factory import JobFactory
 from tests.ui.conftest import BASE, SAME_ORIGIN, log_in
+
+
+FORM = {**SAME_ORIGIN, "Content-Type": "application/x-www-form-urlencoded"}
 
 
 def browser(app: FastAPI) -> httpx.AsyncClient:
@@ -107,3 +111,67 @@ async def test_an_operator_pauses_and_resumes_a_kind_from_the_page(
         assert "Resumed atlas.bundle." in resumed.text
         assert "No kind is paused." in resumed.text
         assert (await http.get("/v1/pauses", headers=keys.op)).json()["items"] == []
+
+
+async def test_jobs_of_every_owner_and_a_bulk_action_previewed_then_confirmed(
+    app: FastAPI, keys: Keys, engine: AsyncEngine, jobs: JobFactory
+) -> None:
+    alices = await jobs.make(JobState.UNRESOLVED, owner="alice")
+    bobs = await jobs.make(JobState.UNRESOLVED, owner="bob")
+    await jobs.make(JobState.SUCCEEDED, owner="bob")
+    async with browser(app) as http:
+        csrf = await log_in(http, keys.operator)
+        listed = await http.get("/ui/ops/jobs", params={"state": "unresolved"})
+        assert listed.status_code == 200, listed.text
+        assert listed.text.count('data-testid="ops-job-row"') == 2
+        assert str(alices.id) in listed.text
+        assert str(bobs.id) in listed.text
+        refused = await http.get("/ui/ops/jobs", params={"created_after": "yesterday"})
+        assert refused.status_code == 422
+        assert "created_after" in refused.text
+
+        form = {
+            "csrf_token": csrf,
+            "filter": "state=unresolved",
+            "action": "resume",
+            "selection": "checked",
+            "note": "destination back",
+        }
+        none_checked = await http.post("/ui/ops/bulk/preview", data=form, headers=SAME_ORIGIN)
+        assert none_checked.status_code == 422
+        assert "Check at least one job" in none_checked.text
+
+        checked = [*form.items(), ("job_id", str(alices.id)), ("job_id", str(bobs.id))]
+        preview = await http.post("/ui/ops/bulk/preview", content=urlencode(checked), headers=FORM)
+        assert preview.status_code == 200, preview.text
+        assert 'data-testid="bulk-matched">2</span>' in preview.text
+        assert 'hx-confirm="Resume 2 job(s)?"' in preview.text
+        every = await http.post(
+            "/ui/ops/bulk/preview", data={**form, "selection": "filter"}, headers=SAME_ORIGIN
+        )
+        assert 'data-testid="bulk-matched">2</span>' in every.text
+        assert "by the filter" in every.text
+        listed_ops = (await http.get("/v1/bulk-operations", headers=keys.op)).json()
+        assert listed_ops["items"] == []  # a preview creates nothing
+
+        made = await http.post("/ui/ops/bulk", content=urlencode(checked), headers=FORM)
+        assert made.status_code == 200, made.text
+        assert 'data-testid="bulk-state">queued</span>' in made.text
+        assert 'hx-trigger="every 1s"' in made.text  # it follows the operation
+        [operation] = (await http.get("/v1/bulk-operations", headers=keys.op)).json()["items"]
+        assert operation["action"] == "resume"
+        assert operation["job_count"] == 2
+        assert operation["note"] == "destination back"
+        progress = await http.get(f"/ui/ops/bulk/{operation['id']}")
+        assert progress.status_code == 200
+        assert (await http.get("/ui/ops/bulk/not-an-id")).status_code == 404
+
+        no_token = await http.post(
+            "/ui/ops/bulk", content=urlencode([*checked[1:], ("csrf_token", "x")]), headers=FORM
+        )
+        assert no_token.status_code == 403
+        in_panel = await http.post(
+            "/ui/ops/bulk/preview", data=form, headers={**SAME_ORIGIN, "HX-Request": "true"}
+        )
+        assert in_panel.status_code == 200  # shown in the panel, where htmx swaps it
+        assert "Check at least one job" in in_panel.text

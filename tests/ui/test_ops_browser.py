@@ -4,8 +4,9 @@ against a real API process and a real worker process on this test's database.
 Steps: an operator logs in and opens the page; the charts count jobs finished moments
 ago without a reload (the workers' rollup, then the page's event stream); the operator
 pauses ``atlas.noop`` from the form; a new job stays queued and its page says who paused
-the kind and why; the queue-age chart and the table show it waiting; Resume (confirmed)
-lets it run. Screenshots go to ``.atlas/ui-screenshots/ops-*.png`` (printed), beside
+the kind and why; the queue-age chart and the table show it waiting; in the jobs of every
+owner, one of two more held jobs is canceled in bulk (the dry-run count, the
+confirmation, the operation's progress to its end); Resume (confirmed) lets the others run. Screenshots go to ``.atlas/ui-screenshots/ops-*.png`` (printed), beside
 the status page's.
 """
 
@@ -162,9 +163,10 @@ async def test_the_operators_page_live_in_a_browser(
 
                 step[0] = "pause"
                 # Pause the kind from the form; a new job is held, and says why.
-                await page.get_by_label("Kind", exact=True).fill("atlas.noop")
-                await page.get_by_label("Note", exact=True).fill(NOTE)
-                await page.get_by_role("button", name="Pause").click()
+                pause_form = page.get_by_role("form", name="Pause a kind")
+                await pause_form.get_by_label("Kind").fill("atlas.noop")
+                await pause_form.get_by_label("Note").fill(NOTE)
+                await pause_form.get_by_role("button", name="Pause").click()
                 await expect(page.get_by_test_id("pause-notice")).to_have_text("Paused atlas.noop.")
                 row = page.get_by_test_id("pause-row")
                 await expect(row).to_contain_text("operator:ops")
@@ -179,25 +181,52 @@ async def test_the_operators_page_live_in_a_browser(
                 assert (await carol.get(f"/v1/jobs/{held}")).json()["state"] == "queued"
                 await page.screenshot(path=screenshots / "ops-2-paused.png", full_page=True)
 
+                # Two more held jobs: cancel one of them in bulk, previewed then confirmed.
+                extra = [await submit(carol) for _ in range(2)]
+                filters = page.get_by_role("form", name="Job filters")
+                await filters.get_by_label("Kind").fill("atlas.noop")
+                await filters.get_by_role("checkbox", name="queued", exact=True).check()
+                await filters.get_by_role("button", name="Search").click()
+                rows = page.get_by_test_id("ops-job-row")
+                await expect(rows).to_have_count(3)
+                await (
+                    page.get_by_role("form", name="Bulk action")
+                    .get_by_label("Action")
+                    .select_option("cancel")
+                )
+                await page.get_by_role("checkbox", name=f"Pick {extra[0]}").check()
+                await page.get_by_role("button", name="Preview").click()
+                await expect(page.get_by_test_id("bulk-matched")).to_have_text("1")
+                await page.screenshot(path=screenshots / "ops-3-bulk-preview.png", full_page=True)
+                await page.get_by_test_id("bulk-confirm").click()
+                await expect(page.get_by_test_id("bulk-state")).to_have_text(
+                    "succeeded", timeout=WAIT_MS
+                )
+                await expect(page.get_by_test_id("bulk-counts")).to_contain_text("done 1")
+                assert dialogs == ["Cancel 1 job(s)?"]
+                await state_of(carol, extra[0], "canceled")
+                await page.screenshot(path=screenshots / "ops-4-bulk-done.png", full_page=True)
+
                 step[0] = "job page"
                 job_page = await context.new_page()
                 await job_page.goto(f"{service.url}/ui/jobs/{held}")
                 label = job_page.get_by_test_id("label")
                 await expect(label).to_contain_text("Queued — paused by operator:ops at ")
                 await expect(label).to_contain_text(f"UTC: {NOTE}")
-                await job_page.screenshot(path=screenshots / "ops-3-held-job.png", full_page=True)
+                await job_page.screenshot(path=screenshots / "ops-5-held-job.png", full_page=True)
 
                 step[0] = "resume"
                 await page.get_by_test_id("resume-atlas.noop").click()
                 await expect(page.get_by_test_id("pause-notice")).to_have_text(
                     "Resumed atlas.noop."
                 )
-                assert dialogs == ["Resume atlas.noop? Its queued jobs start at once."]
+                assert dialogs[-1] == "Resume atlas.noop? Its queued jobs start at once."
                 await state_of(carol, held, "succeeded")
+                await state_of(carol, extra[1], "succeeded")
                 await expect(job_page.get_by_test_id("state")).to_have_text(
                     "succeeded", timeout=WAIT_MS
                 )
-                await page.screenshot(path=screenshots / "ops-4-resumed.png", full_page=True)
+                await page.screenshot(path=screenshots / "ops-6-resumed.png", full_page=True)
                 assert problems == [], problems
             finally:
                 await browser.close()

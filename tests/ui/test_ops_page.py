@@ -18,7 +18,6 @@ from tests.api.support import Keys
 from tests.factory import JobFactory
 from tests.ui.conftest import BASE, SAME_ORIGIN, log_in
 
-
 FORM = {**SAME_ORIGIN, "Content-Type": "application/x-www-form-urlencoded"}
 
 

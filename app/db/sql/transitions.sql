@@ -2134,6 +2134,8 @@ WITH picked AS (
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
@@ -2175,6 +2177,8 @@ WITH picked AS (
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED

@@ -6,8 +6,9 @@ ago without a reload (the workers' rollup, then the page's event stream); the op
 pauses ``atlas.noop`` from the form; a new job stays queued and its page says who paused
 the kind and why; the queue-age chart and the table show it waiting; in the jobs of every
 owner, one of two more held jobs is canceled in bulk (the dry-run count, the
-confirmation, the operation's progress to its end); Resume (confirmed) lets the others run. Screenshots go to ``.atlas/ui-screenshots/ops-*.png`` (printed), beside
-the status page's.
+confirmation, the operation's progress to its end); Resume (confirmed) lets the others
+run. Screenshots go to ``.atlas/ui-screenshots/ops-*.png`` (printed), beside the status
+page's.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ queue sampled (``job_activity``).
 * :func:`roll_up` (the workers' activity service, every ``ATLAS_ACTIVITY_INTERVAL_SECONDS``
   in one process at a time) recomputes the counts of the minutes since
   ``now() - LATE_SECONDS`` from ``job_history`` -- found through its BRIN index on
-  ``at``, joined to ``jobs`` for the kind -- and keeps each minute's largest sample of
-  the claimable queue. Its cost follows the last minute's throughput and the queued
-  backlog, never the number of finished jobs. A history row committed more than
+  ``at``, joined to ``jobs`` for the kind -- and samples the claimable queue once a
+  minute. Its cost follows the last minute's throughput and, once a minute, the queued
+  backlog; never the number of finished jobs. A history row committed more than
   ``LATE_SECONDS`` after its ``at`` (a transaction open that long) is not counted.
 * :func:`chart` reads one primary-key range of the rollup: the last hour (per minute)
   or day (per ``bucket_minutes``), per kind.
@@ -56,14 +56,18 @@ ON CONFLICT (minute, kind) DO UPDATE
        failed = EXCLUDED.failed, canceled = EXCLUDED.canceled
 """)
 
-# roll_up_queue: the claimable queue per kind now (the partial index ix_jobs_claimable
-# holds exactly the queued rows); each minute keeps its largest sample.
+# roll_up_queue: the claimable queue per kind now, once a minute: it reads every queued
+# row (the partial index ix_jobs_claimable), so a pass skips it once the current minute
+# has a sample (a backlog of 1,000,000 costs about a second a minute, not every pass).
 ROLL_UP_QUEUE = text(f"""
 INSERT INTO job_activity AS a (minute, kind, queued, oldest_queued_seconds)
 SELECT date_trunc('minute', {NOW_SQL}), kind, count(*),
        extract(epoch FROM {NOW_SQL} - min(available_at))
   FROM jobs
  WHERE state = '{JobState.QUEUED.value}' AND available_at <= {NOW_SQL}
+   AND NOT EXISTS (SELECT FROM job_activity AS s
+                    WHERE s.minute = date_trunc('minute', {NOW_SQL})
+                      AND s.oldest_queued_seconds IS NOT NULL)
  GROUP BY kind
 ON CONFLICT (minute, kind) DO UPDATE
    SET queued = greatest(a.queued, EXCLUDED.queued),

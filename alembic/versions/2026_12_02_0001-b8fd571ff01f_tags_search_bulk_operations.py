@@ -4,7 +4,8 @@
   that exist: none had any);
 * the search indexes: ``ix_jobs_seq`` (every owner, newest first), ``ix_jobs_attention``
   (partial: the states an operator looks for that the drain never passes through) and
-  ``ix_jobs_tags`` (GIN, tagged jobs only);
+  ``ix_jobs_tags`` (GIN, tagged jobs only), and the statistics ``jobs_state_kind`` (the
+  planner learns that kinds and states go together);
 * ``api_keys.kinds``: the kinds an operator key may act on (NULL: every kind);
 * ``bulk_operations``: an operator's action over a filter or an id list, run by the
   workers a batch at a time.
@@ -49,6 +50,7 @@ def upgrade() -> None:
         ["state", "seq"],
         postgresql_where=sa.text(f"state IN {ATTENTION}"),
     )
+    op.execute("CREATE STATISTICS jobs_state_kind (mcv) ON state, kind FROM jobs")
     op.create_index(
         op.f("ix_jobs_tags"),
         "jobs",
@@ -126,6 +128,7 @@ def downgrade() -> None:
     op.drop_table("bulk_operations")
     op.drop_column("api_keys", "kinds")
     op.drop_index(op.f("ix_jobs_tags"), table_name="jobs")
+    op.execute("DROP STATISTICS jobs_state_kind")
     op.drop_index(op.f("ix_jobs_attention"), table_name="jobs")
     op.drop_index(op.f("ix_jobs_seq"), table_name="jobs")
     op.drop_column("jobs", "tags")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from atlas_jobs._app.api.schemas import ErrorPublic, JobPublic, StrictModel
 from atlas_jobs._app.api.search_schemas import JobSearch
@@ -19,9 +19,22 @@ COUNT_CAP = 100_000
 """A dry run counts at most this many matches (``matched_capped`` says it stopped)."""
 
 
+def _one_of_filter_and_ids(schema: dict[str, Any]) -> None:
+    """The document says what the validation does: `filter` or `job_ids`, exactly one, and
+    when given, not null (the models accept an absent member as None: a nullable union
+    would name its branches in a 422's `loc`)."""
+    for name in ("filter", "job_ids", "note"):
+        member = schema["properties"][name]
+        member.pop("default", None)
+        [given] = [option for option in member.pop("anyOf") if option.get("type") != "null"]
+        member.update(given)
+    schema["oneOf"] = [{"required": ["filter"]}, {"required": ["job_ids"]}]
+
+
 class BulkOperationCreate(StrictModel):
-    """``POST /v1/bulk-operations``: what to do, to which jobs. Exactly one of
-    ``filter`` and ``job_ids``."""
+    """What to do, to which jobs: exactly one of `filter` and `job_ids`."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_filter_and_ids)
 
     action: BulkAction = Field(
         description=(
@@ -36,16 +49,23 @@ class BulkOperationCreate(StrictModel):
             "are when the operation is accepted: jobs created later are not included."
         ),
     )
-    job_ids: list[uuid.UUID] | None = Field(
-        default=None, min_length=1, max_length=MAX_IDS, description="These jobs."
+    job_ids: Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_IDS)] | None = Field(
+        default=None, description="These jobs."
     )
-    note: str | None = Field(
-        default=None, max_length=2000, description="Why; recorded in every touched job's history."
+    note: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description="Why; recorded in every touched job's history."
     )
     dry_run: bool = Field(
         default=False,
         description="Only count the matching jobs and show a sample; nothing is created.",
     )
+
+    @field_validator("filter", "job_ids", "note", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave it out rather than send null")
+        return value
 
     @model_validator(mode="after")
     def _one_selection(self) -> BulkOperationCreate:
@@ -55,6 +75,8 @@ class BulkOperationCreate(StrictModel):
 
 
 class BulkCountsPublic(BaseModel):
+    """What the operation has selected and done so far."""
+
     matched: int = Field(description="Jobs selected so far (all of them once it has ended).")
     done: int = Field(description="Jobs the action was applied to.")
     skipped: int = Field(description="Jobs passed over, untouched (see `skipped_by_reason`).")
@@ -68,6 +90,8 @@ class BulkCountsPublic(BaseModel):
 
 
 class BulkOperationLinks(BaseModel):
+    """Where to go next."""
+
     self: str = Field(description="This operation (the `Location` of its creation).")
     events: str = Field(description="Its Server-Sent Events stream.")
     cancel: str | None = Field(description="Present while it can be canceled.")
@@ -79,39 +103,41 @@ class BulkOperationLinks(BaseModel):
 class BulkOperationPublic(BaseModel):
     """A bulk operation: its action, selection, state and counts."""
 
-    id: uuid.UUID
-    action: BulkAction
+    id: uuid.UUID = Field(description="The operation's id.")
+    action: BulkAction = Field(description="What it does to each job.")
     state: BulkOperationState = Field(
         description="`queued` -> `running` -> `succeeded` | `failed` | `canceled`."
     )
     filter: JobSearch | None = Field(description="The filter it selects jobs by, if any.")
     job_count: int | None = Field(description="How many ids it was given, for an id list.")
-    note: str | None
+    note: str | None = Field(description="Why, as the operator said (in every job's history).")
     requested_by: str = Field(description="The operator (`operator:<owner>`).")
     kinds: list[str] | None = Field(
         description="The kinds the requesting key may act on (null: every kind)."
     )
-    counts: BulkCountsPublic
+    counts: BulkCountsPublic = Field(description="Matched, done and skipped jobs so far.")
     error: ErrorPublic | None = Field(description="Why it failed, when it did.")
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    cancel_requested_at: datetime | None
-    links: BulkOperationLinks
+    created_at: datetime = Field(description="When it was accepted.")
+    started_at: datetime | None = Field(description="When a worker first took it.")
+    finished_at: datetime | None = Field(description="When it ended.")
+    cancel_requested_at: datetime | None = Field(description="When an operator canceled it.")
+    links: BulkOperationLinks = Field(description="Its status, event stream, cancel and jobs.")
 
 
 class BulkOperationPreview(BaseModel):
     """A dry run's answer: nothing was created."""
 
-    action: BulkAction
+    action: BulkAction = Field(description="What the operation would do.")
     matched: int = Field(description="Jobs the selection matches now (at most the cap).")
     matched_capped: bool = Field(description=f"Counting stopped at {COUNT_CAP:,}.")
     sample: list[JobPublic] = Field(description=f"The newest of them, at most {SAMPLE_SIZE}.")
 
 
 class BulkOperationPage(BaseModel):
-    items: list[BulkOperationPublic]
-    next_cursor: str | None
+    """Bulk operations, newest first."""
+
+    items: list[BulkOperationPublic] = Field(description="The operations of this page.")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
 def search_document(stored: dict[str, Any]) -> JobSearch:

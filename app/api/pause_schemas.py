@@ -1,5 +1,5 @@
 """Request and response models of the kind pauses (``/v1/kinds/{kind}/pause``,
-``/resume``, ``GET /v1/pauses``): docs/protocol.md §3.7."""
+``/resume``, ``GET /v1/pauses``): docs/protocol.md §3.9."""
 
 from __future__ import annotations
 

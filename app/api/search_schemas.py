@@ -3,9 +3,10 @@ member): one model, so both accept and refuse the same things."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, Field, ValidationInfo, field_validator
+from pydantic import AwareDatetime, BeforeValidator, Field, ValidationInfo, field_validator
 
 from atlas_jobs._app.api.schemas import StrictModel
 from atlas_jobs._app.db.reads import JobFilter
@@ -18,12 +19,23 @@ MAX_PAGE = 100
 CURSOR_PATTERN = r"^c[0-9]{1,18}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")
+
+
+def _rfc3339(value: Any) -> Any:
+    """A time is an RFC 3339 string (``2026-12-01T09:00:00Z``), never a number of seconds."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 date-time with its zone")
+    return value
+
+
+Time = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
 
 class JobSearch(StrictModel):
     """Which jobs: every field given must match (a field's values are alternatives;
-    tags must all be present). Time ranges are half-open, ``[after, before)``, with a
-    time zone. An unknown field is 422."""
+    tags must all be present). Time ranges are half-open, [after, before), with a time
+    zone. An unknown field is 422."""
 
     state: list[JobState] = Field(
         default_factory=list, max_length=len(JobState), description="Any of these states."
@@ -52,10 +64,10 @@ class JobSearch(StrictModel):
         max_length=MAX_VALUES,
         description="The code of the job's error (or last error while unfinished).",
     )
-    created_after: AwareDatetime | None = Field(default=None, description="Created at or after.")
-    created_before: AwareDatetime | None = Field(default=None, description="Created before.")
-    finished_after: AwareDatetime | None = Field(default=None, description="Finished at or after.")
-    finished_before: AwareDatetime | None = Field(default=None, description="Finished before.")
+    created_after: Time | None = Field(default=None, description="Created at or after.")
+    created_before: Time | None = Field(default=None, description="Created before.")
+    finished_after: Time | None = Field(default=None, description="Finished at or after.")
+    finished_before: Time | None = Field(default=None, description="Finished before.")
 
     @field_validator("created_before", "finished_before")
     @classmethod
@@ -84,7 +96,7 @@ class JobSearch(StrictModel):
 
 
 class JobListQuery(JobSearch):
-    """``GET /v1/jobs``: a filter, and the page to read."""
+    """A job search: a filter, and the page to read."""
 
     limit: int = Field(default=20, ge=1, le=MAX_PAGE, description="Jobs per page.")
     cursor: str | None = Field(

@@ -187,8 +187,8 @@ async def list_operations(
     openapi_extra=documented(PREFER),
 )
 async def get(operation_id: uuid.UUID, request: Request, _principal: OperatorPrincipal) -> Any:
-    """With ``Prefer: wait=N`` the answer is held until the operation has ended or N
-    seconds (at most ``ATLAS_MAX_WAIT_SECONDS``) have passed."""
+    """With `Prefer: wait=N` the answer is held until the operation has ended or N
+    seconds (at most `ATLAS_MAX_WAIT_SECONDS`) have passed."""
     state = api_state(request)
     wait = _prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
     deadline = time.monotonic() + (wait or 0)
@@ -224,7 +224,7 @@ async def get(operation_id: uuid.UUID, request: Request, _principal: OperatorPri
 async def cancel(
     operation_id: uuid.UUID, state: StateDep, _principal: OperatorPrincipal
 ) -> BulkOperationPublic:
-    """The batches already done stand; a running operation ends ``canceled`` before its
+    """The batches already done stand; a running operation ends `canceled` before its
     next batch. An operation that has ended is 409 with its state."""
     async with state.engine.begin() as conn:
         row = await bulk.cancel(conn, operation_id, state.clock.bind())

@@ -3,7 +3,7 @@
 A pause holds from its commit on in every worker process (the claim reads it); the
 attempts already running finish. Each held queued job's status says ``waiting_for:
 paused`` (this API process at once, the others within
-``ATLAS_LIVE_WORKERS_REFRESH_SECONDS``). docs/protocol.md §3.7.
+``ATLAS_LIVE_WORKERS_REFRESH_SECONDS``). docs/protocol.md §3.9.
 """
 
 from __future__ import annotations

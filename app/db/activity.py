@@ -79,29 +79,27 @@ DELETE FROM job_activity
  WHERE minute < {NOW_SQL} - make_interval(hours => {KEEP_HOURS})
 """)
 
-# chart: the rollup's rows of the last :minutes, grouped into buckets of :bucket minutes
-# counted back from the current minute (the last bucket ends with it). The LEFT JOIN
-# answers one row (kind NULL) for an empty window, so the current minute always comes back.
+# chart: the rollup's rows of the last :minutes -- a range of its primary key -- grouped
+# into buckets of :bucket minutes counted back from the current minute (bucket 0 ends
+# with it; integer buckets, double precision arithmetic: no numeric per row). The row
+# with a NULL kind carries the current minute, so an empty window still answers it.
+_MINUTE = f"date_trunc('minute', {NOW_SQL})"
 CHART = text(f"""
-WITH span AS (
-    SELECT date_trunc('minute', {NOW_SQL}) AS now_minute
-)
-SELECT span.now_minute,
-       span.now_minute - make_interval(mins => (
-           floor(extract(epoch FROM span.now_minute - a.minute) / 60 / CAST(:bucket AS int))::int
-           * CAST(:bucket AS int))) AS bucket,
+SELECT floor(date_part('epoch', {_MINUTE} - a.minute) / (60 * CAST(:bucket AS int)))::int
+           AS back,
        a.kind,
+       NULL::timestamptz AS now_minute,
        sum(a.created)::int AS created,
        sum(a.succeeded)::int AS succeeded,
        sum(a.failed)::int AS failed,
        sum(a.canceled)::int AS canceled,
        max(a.queued)::int AS queued,
        max(a.oldest_queued_seconds) AS oldest_queued_seconds
-  FROM span
-  LEFT JOIN job_activity AS a
-         ON a.minute > span.now_minute - make_interval(mins => CAST(:minutes AS int))
- GROUP BY 1, 2, 3
- ORDER BY 2, 3
+  FROM job_activity AS a
+ WHERE a.minute > {_MINUTE} - make_interval(mins => CAST(:minutes AS int))
+ GROUP BY 1, 2
+ UNION ALL
+SELECT 0, NULL, {_MINUTE}, 0, 0, 0, 0, 0, NULL
 """)
 
 
@@ -153,10 +151,11 @@ async def chart(
             CHART, {"minutes": window_minutes, "bucket": bucket_minutes, **clock.bind()}
         )
     ).all()
-    now_minute: datetime = rows[0].now_minute
+    [now_minute] = [row.now_minute for row in rows if row.kind is None]
+    step = timedelta(minutes=bucket_minutes)
     points = [
         Point(
-            bucket=row.bucket,
+            bucket=now_minute - step * row.back,
             kind=row.kind,
             created=row.created,
             succeeded=row.succeeded,
@@ -165,7 +164,7 @@ async def chart(
             queued=row.queued,
             oldest_queued_seconds=row.oldest_queued_seconds,
         )
-        for row in rows
+        for row in sorted(rows, key=lambda r: (-r.back, r.kind or ""))
         if row.kind is not None
     ]
     count = window_minutes // bucket_minutes

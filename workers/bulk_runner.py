@@ -34,7 +34,10 @@ class BulkRunner:
     ) -> None:
         self.engine = engine
         self.batches = BulkBatches(
-            transitions, worker_id=worker_id, batch_size=batch_size, lease_seconds=lease_seconds
+            transitions.requests,
+            worker_id=worker_id,
+            batch_size=batch_size,
+            lease_seconds=lease_seconds,
         )
 
     async def run_once(self) -> int:

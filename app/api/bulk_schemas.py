@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from atlas_jobs._app.api.schemas import ErrorPublic, JobPublic, StrictModel
 from atlas_jobs._app.api.search_schemas import JobSearch
 from atlas_jobs._app.lifecycle import BulkAction, BulkOperationState
+from atlas_jobs._app.services.schemas import ErrorPublic, JobPublic, StrictModel
 
 MAX_IDS = 10_000
 SAMPLE_SIZE = 10

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from atlas_jobs._app.api.schemas import StrictModel
 from atlas_jobs._app.db.pauses import Pause, PauseEvent
+from atlas_jobs._app.services.schemas import StrictModel
 
 
 class KindPauseCreate(StrictModel):

@@ -20,11 +20,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app import metrics
-from atlas_jobs._app.api import live_workers
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import pool_usage
 from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.services import live_workers
 
 log = structlog.get_logger("atlas.api.metrics")
 

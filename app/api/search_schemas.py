@@ -8,15 +8,16 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BeforeValidator, Field, ValidationInfo, field_validator
 
-from atlas_jobs._app.api.schemas import StrictModel
 from atlas_jobs._app.db.reads import JobFilter
 from atlas_jobs._app.lifecycle import JobState, Reason
+from atlas_jobs._app.services.paging import JOB_CURSOR
+from atlas_jobs._app.services.schemas import StrictModel
 from atlas_jobs._app.tags import MAX_TAGS, Tag
 
 MAX_VALUES = 20
 """At most this many values per filter field."""
 MAX_PAGE = 100
-CURSOR_PATTERN = r"^c[0-9]{1,18}$"
+CURSOR_PATTERN = JOB_CURSOR.pattern
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 _RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")

@@ -146,7 +146,7 @@ jobs = Table(
     postgresql_with=JOBS_STORAGE,
 )
 
-# The columns of a job that its status body (atlas_jobs._app.api.views.job_status) and status
+# The columns of a job that its status body (atlas_jobs._app.services.views.job_status) and status
 # headers (ETag, Retry-After) are built from -- with ``observed_at``, the database time
 # of the read, which each statement adds. The status read and the creation statements
 # answer these, not the whole row: the input, the result reference, the lease's owner
@@ -222,7 +222,7 @@ Index(
 # the two frequencies, and the search reads every unresolved job and sorts them instead
 # of walking ix_jobs_attention for one page (revision b8fd571ff01f).
 JOBS_STATE_KIND_STATISTICS = "CREATE STATISTICS jobs_state_kind (mcv) ON state, kind FROM jobs"
-event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))
+event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))  # type: ignore[no-untyped-call]
 # Search by tag: only tagged jobs are in it.
 Index(
     "ix_jobs_tags",

@@ -33,6 +33,7 @@ from atlas_jobs._app.lifecycle import (
     BULK_MOVES,
     TERMINAL_STATES,
     TRANSITIONS,
+    ActorKind,
     BulkAction,
     BulkOperationState,
     BulkSkip,
@@ -51,7 +52,7 @@ it moved to (a running job that became unresolved is then canceled by operator_c
 
 def operator_of(requested_by: str, key_id: uuid.UUID | None) -> Actor:
     kind, _, name = requested_by.partition(":")
-    return Actor(kind, name, key_id=key_id)
+    return Actor(ActorKind(kind), name, key_id=key_id)
 
 
 @dataclass(frozen=True, slots=True)

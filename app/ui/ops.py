@@ -16,7 +16,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -25,26 +25,27 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from atlas_jobs._app.api.bulk_schemas import (
+    COUNT_CAP,
+    SAMPLE_SIZE,
     BulkOperationCreate,
     BulkOperationPreview,
-    BulkOperationPublic,
 )
 from atlas_jobs._app.api.deps import StateDep
-from atlas_jobs._app.api.errors import ApiError
+from atlas_jobs._app.api.errors import problem_of
 from atlas_jobs._app.api.pause_schemas import KindPauseCreate, KindResumeCreate
-from atlas_jobs._app.api.routers import bulk_operations as bulk_routes
-from atlas_jobs._app.api.routers import pauses as pause_routes
-from atlas_jobs._app.api.routers.events import RETRY_MILLISECONDS, SEP
 from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN, JobSearch
+from atlas_jobs._app.api.sse import RETRY_MILLISECONDS, SEP
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.api.views import job_status
-from atlas_jobs._app.db import activity, bulk, pauses, reads
-from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.db import activity, bulk, reads
 from atlas_jobs._app.lifecycle import (
     ALL_STATES,
     TERMINAL_BULK_OPERATION_STATES,
+    ActorKind,
     BulkAction,
 )
+from atlas_jobs._app.services.refusals import Refusal
+from atlas_jobs._app.services.views import job_status
+from atlas_jobs._app.transitions import Actor
 from atlas_jobs._app.ui import charts
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
@@ -89,16 +90,18 @@ async def charts_view(state: ApiState, window: str) -> dict[str, Any]:
 
 
 async def pauses_view(state: ApiState, notice: str | None = None) -> dict[str, Any]:
-    async with state.reads.connect() as conn:
-        found = await pauses.paused(conn)
-        latest = await pauses.events(conn, limit=10)
-    served = {key.split("@", 1)[0] for key in state.live_workers.counts or {}}
+    service = state.pauses()
+    found, latest = await service.listing(events=10)
     return {
         "pauses": found,
         "pause_events": latest,
-        "known_kinds": sorted({*KINDS, *served}),
+        "known_kinds": service.known_kinds(),
         "pause_notice": notice,
     }
+
+
+def _actor(viewer: Viewer) -> str:
+    return str(Actor(ActorKind.OPERATOR, viewer.principal.owner))
 
 
 @router.get("/ops", name="ui-ops")
@@ -153,12 +156,17 @@ async def pause(request: Request, state: StateDep, viewer: CurrentViewer) -> Res
         body = KindPauseCreate(
             version=_version(form.get("version")), note=(form.get("note") or "").strip() or None
         )
-        made = await pause_routes.pause_kind(
-            state, viewer.principal, Response(), kind=form.get("kind", "").strip(), body=body
+        made, _ = await state.pauses().pause(
+            kind=form.get("kind", "").strip(),
+            version=body.version,
+            actor=_actor(viewer),
+            note=body.note,
         )
         which = made.kind if made.version is None else f"{made.kind}@{made.version}"
         notice = f"Paused {which}."
-    except (ApiError, UiBadFilterError) as refused:
+    except Refusal as refused:
+        notice = problem_of(refused).detail
+    except UiBadFilterError as refused:
         notice = refused.detail
     except ValidationError as invalid:
         notice = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in invalid.errors())
@@ -171,12 +179,14 @@ async def resume(request: Request, state: StateDep, viewer: CurrentViewer) -> Re
     notice: str
     try:
         body = KindResumeCreate(version=_version(form.get("version")))
-        ended = await pause_routes.resume_kind(
-            state, viewer.principal, kind=form.get("kind", ""), body=body
+        ended = await state.pauses().resume(
+            kind=form.get("kind", ""), version=body.version, actor=_actor(viewer), note=None
         )
         which = ended.kind if ended.version is None else f"{ended.kind}@{ended.version}"
         notice = f"Resumed {which}."
-    except (ApiError, UiBadFilterError) as refused:
+    except Refusal as refused:
+        notice = problem_of(refused).detail
+    except UiBadFilterError as refused:
         notice = refused.detail
     return page("ops_pauses.html", viewer, **(await pauses_view(state, notice)))
 
@@ -316,18 +326,65 @@ def _refused(request: Request, viewer: Viewer, refused: UiBadFilterError) -> Res
     return page("ops_bulk_refused.html", viewer, reason=refused.detail)
 
 
+@dataclass(frozen=True, slots=True)
+class BulkProgress:
+    """What the page shows of a bulk operation (its row, as the API's resource names it)."""
+
+    id: uuid.UUID
+    action: str
+    state: str
+    requested_by: str
+    matched: int
+    done: int
+    skipped_by_reason: dict[str, int]
+    error: str | None
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skipped_by_reason.values())
+
+    @property
+    def ended(self) -> bool:
+        return self.state in TERMINAL_BULK_OPERATION_STATES
+
+    @staticmethod
+    def of(row: Any) -> BulkProgress:
+        return BulkProgress(
+            id=row.id,
+            action=row.action,
+            state=row.state,
+            requested_by=row.requested_by,
+            matched=row.matched,
+            done=row.done,
+            skipped_by_reason={str(k): int(v) for k, v in (row.skipped or {}).items()},
+            error=None if row.error is None else str(row.error.get("message", "")),
+        )
+
+
 @router.post("/ops/bulk/preview", name="ui-ops-bulk-preview")
 async def bulk_preview(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
-    """The dry run: how many jobs the action would select, and a sample, with the
-    confirmation form (the same fields, no dry run)."""
+    """The dry run, as ``POST /v1/bulk-operations`` with ``dry_run`` answers it: how many
+    jobs the action selects now, and a sample, with the confirmation form (the same
+    fields, no dry run)."""
     try:
         chosen, query = await _bulk_form(request, state, viewer)
     except UiBadFilterError as refused:
         return _refused(request, viewer, refused)
-    answered = await bulk_routes.create(
-        chosen.model_copy(update={"dry_run": True}), state, viewer.principal, Response()
+    async with state.reads.connect() as conn:
+        if chosen.filter is not None:
+            count, rows = await bulk.preview(
+                conn, chosen.filter.to_filter(scope=None), cap=COUNT_CAP, sample=SAMPLE_SIZE
+            )
+        else:
+            assert chosen.job_ids is not None
+            count, rows = await bulk.preview_ids(conn, chosen.job_ids, sample=SAMPLE_SIZE)
+        stages = await reads.stages_for(conn, [row.id for row in rows])
+    preview = BulkOperationPreview(
+        action=chosen.action,
+        matched=count,
+        matched_capped=count >= COUNT_CAP,
+        sample=[job_status(row, stages[row.id]) for row in rows],
     )
-    preview = BulkOperationPreview.model_validate_json(answered.body)
     return page(
         "ops_bulk_preview.html",
         viewer,
@@ -340,18 +397,26 @@ async def bulk_preview(request: Request, state: StateDep, viewer: CurrentViewer)
 
 @router.post("/ops/bulk", name="ui-ops-bulk")
 async def bulk_create(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    """The operation accepted, as ``POST /v1/bulk-operations`` accepts it (the workers
+    run it); the answer follows its progress."""
     try:
         chosen, _ = await _bulk_form(request, state, viewer)
     except UiBadFilterError as refused:
         return _refused(request, viewer, refused)
-    made: BulkOperationPublic = await bulk_routes.create(
-        chosen.model_copy(update={"dry_run": False}), state, viewer.principal, Response()
-    )
-    return page("ops_bulk_progress.html", viewer, operation=made, done=_ended(made))
-
-
-def _ended(operation: BulkOperationPublic) -> bool:
-    return operation.state.value in TERMINAL_BULK_OPERATION_STATES
+    principal = viewer.principal
+    async with state.engine.begin() as conn:
+        row = await bulk.accept(
+            conn,
+            action=chosen.action.value,
+            page=None if chosen.filter is None else chosen.filter.to_filter(scope=None),
+            job_ids=chosen.job_ids,
+            note=chosen.note,
+            requested_by=_actor(viewer),
+            key_id=principal.key_id,
+            kinds=None if principal.kinds is None else sorted(principal.kinds),
+            clock_params=state.clock.bind(),
+        )
+    return page("ops_bulk_progress.html", viewer, operation=BulkProgress.of(row))
 
 
 @router.get("/ops/bulk/{operation_id}", name="ui-ops-bulk-progress")
@@ -366,5 +431,4 @@ async def bulk_progress(operation_id: str, state: StateDep, viewer: CurrentViewe
         row = await bulk.get(conn, wanted)
     if row is None:
         raise UiNotFoundError()
-    operation = bulk_routes.operation_public(row)
-    return page("ops_bulk_progress.html", viewer, operation=operation, done=_ended(operation))
+    return page("ops_bulk_progress.html", viewer, operation=BulkProgress.of(row))

@@ -7,11 +7,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import pauses
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 
 KIND = "demo.paused"
 HANDLERS = [f"{KIND}@1", f"{KIND}@2", "demo.other@1"]
-CLIENT = Actor("client", "alice")
+CLIENT = Actor(ActorKind.CLIENT, "alice")
 
 
 async def make(engine: AsyncEngine, transitions: Transitions, kind: str, version: int) -> None:

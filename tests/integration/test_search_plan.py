@@ -51,29 +51,34 @@ async def filled(engine: AsyncEngine) -> AsyncEngine:
 @pytest.mark.parametrize(
     ("page", "index", "ordered"),
     [
-        (JobFilter(owner=None), "ix_jobs_seq", True),
-        (JobFilter(owner=None, owners=["owner-3"]), "ix_jobs_owner_seq", True),
-        (JobFilter(owner="owner-3", states=["succeeded"]), "ix_jobs_owner_seq", True),
-        (JobFilter(owner=None, states=["unresolved"]), "ix_jobs_attention", False),
+        (JobFilter(owner=None), {"ix_jobs_seq"}, True),
+        # one owner in forty: its own index, or every owner's walked with a filter
+        (JobFilter(owner=None, owners=["owner-3"]), {"ix_jobs_owner_seq", "ix_jobs_seq"}, True),
+        (
+            JobFilter(owner="owner-3", states=["succeeded"]),
+            {"ix_jobs_owner_seq", "ix_jobs_seq"},
+            True,
+        ),
+        (JobFilter(owner=None, states=["unresolved"]), {"ix_jobs_attention"}, False),
         (
             JobFilter(owner=None, states=["unresolved"], kinds=["document.publish"]),
-            "ix_jobs_attention",
+            {"ix_jobs_attention"},
             False,
         ),
         (
             JobFilter(owner=None, states=["unresolved", "canceled"], before_seq=30_000),
-            "ix_jobs_attention",
+            {"ix_jobs_attention"},
             False,
         ),
     ],
 )
 async def test_a_search_page_reads_an_index_never_the_table(
-    filled: AsyncEngine, page: JobFilter, index: str, ordered: bool
+    filled: AsyncEngine, page: JobFilter, index: set[str], ordered: bool
 ) -> None:
     plan = await _plan(filled, page)
     nodes = list(_nodes(plan))
     assert not any(n["Node Type"] == "Seq Scan" for n in nodes), plan
-    assert index in {n.get("Index Name") for n in nodes}, plan
+    assert index & {n.get("Index Name") for n in nodes}, plan
     if ordered:
         assert not any(n["Node Type"] == "Sort" for n in nodes), plan
     async with filled.connect() as conn:

@@ -31,9 +31,9 @@ from atlas_jobs._app.api.header_params import PREFER, documented
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.routers.jobs import _prefer_wait
 from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN
-from atlas_jobs._app.api.views import API_PREFIX, job_status
 from atlas_jobs._app.db import bulk, reads
-from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES
+from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES, ActorKind
+from atlas_jobs._app.services.views import API_PREFIX, job_status
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/bulk-operations", tags=["bulk-operations"])
@@ -134,7 +134,7 @@ async def create(
             sample=[job_status(row, stages[row.id]) for row in rows],
         )
         return Response(preview.model_dump_json(), media_type="application/json")
-    actor = Actor("operator", principal.owner)
+    actor = Actor(ActorKind.OPERATOR, principal.owner)
     async with state.engine.begin() as conn:
         row = await bulk.accept(
             conn,

@@ -3,7 +3,8 @@
 A pause holds from its commit on in every worker process (the claim reads it); the
 attempts already running finish. Each held queued job's status says ``waiting_for:
 paused`` (this API process at once, the others within
-``ATLAS_LIVE_WORKERS_REFRESH_SECONDS``). docs/protocol.md §3.9.
+``ATLAS_LIVE_WORKERS_REFRESH_SECONDS``). The rules are the service's
+(:mod:`atlas_jobs._app.services.pauses`); docs/protocol.md §3.9.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Body, Path, Response, status
 
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep
-from atlas_jobs._app.api.errors import KindNotPausedError, UnknownKindError
-from atlas_jobs._app.api.live_workers import refresh_once
 from atlas_jobs._app.api.pause_schemas import (
     KindPauseCreate,
     KindPauseEventPublic,
@@ -21,10 +20,7 @@ from atlas_jobs._app.api.pause_schemas import (
     KindResumeCreate,
 )
 from atlas_jobs._app.api.responses import problems
-from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.apikeys import Principal
-from atlas_jobs._app.db import pauses
-from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -33,36 +29,6 @@ router = APIRouter(prefix="/v1", tags=["operations"])
 _NO_PAUSE_BODY = Body(default_factory=KindPauseCreate)
 _NO_RESUME_BODY = Body(default_factory=KindResumeCreate)
 KindName = Path(min_length=1, max_length=200, description="The job kind.")
-
-
-def _actor(principal: Principal) -> str:
-    return str(Actor("operator", principal.owner))
-
-
-async def _refresh(state: ApiState) -> None:
-    """This process's view of the pauses (``waiting_for``) now, not at the next refresh."""
-    await refresh_once(
-        state.engine,
-        state.clock,
-        state.live_workers,
-        window_seconds=state.settings.worker_live_window_seconds,
-    )
-
-
-def _served(state: ApiState) -> set[str]:
-    return {key.split("@", 1)[0] for key in state.live_workers.counts or {}}
-
-
-async def _check_known(state: ApiState, kind: str) -> None:
-    """A kind the API accepts or a live worker serves; anything else is a typo."""
-    if kind in KINDS or kind in _served(state):
-        return
-    await _refresh(state)  # a worker that started since the last refresh
-    served = _served(state)
-    if kind not in served:
-        raise UnknownKindError(
-            f"Unknown kind {kind!r}; known kinds: {', '.join(sorted({*KINDS, *served}))}"
-        )
 
 
 @router.post(
@@ -91,19 +57,14 @@ async def pause_kind(
 ) -> KindPausePublic:
     """Attempts already running finish; queued jobs stay queued with `waiting_for`
     `paused` (who, when, the note). Recorded in the pause events with the operator."""
-    await _check_known(state, kind)
-    async with state.engine.begin() as conn:
-        pause, made = await pauses.pause(
-            conn,
-            state.clock,
-            kind=kind,
-            version=body.version,
-            actor=_actor(principal),
-            note=body.note,
-        )
+    pause, made = await state.pauses().pause(
+        kind=kind,
+        version=body.version,
+        actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
+        note=body.note,
+    )
     if not made:
         response.status_code = status.HTTP_200_OK
-    await _refresh(state)
     return KindPausePublic.of(pause)
 
 
@@ -127,19 +88,12 @@ async def resume_kind(
     """Ends the pause of that version (or, without one, the every-version pause) and
     wakes idle workers of the kind. A version's own pause and the kind's every-version
     pause are separate: each is resumed by name. `404` when no such pause is in force."""
-    async with state.engine.begin() as conn:
-        ended = await pauses.resume(
-            conn,
-            state.clock,
-            kind=kind,
-            version=body.version,
-            actor=_actor(principal),
-            note=body.note,
-        )
-    if ended is None:
-        which = kind if body.version is None else f"{kind}@{body.version}"
-        raise KindNotPausedError(f"{which} is not paused", kind=kind, version=body.version)
-    await _refresh(state)
+    ended = await state.pauses().resume(
+        kind=kind,
+        version=body.version,
+        actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
+        note=body.note,
+    )
     return KindPausePublic.of(ended)
 
 
@@ -151,9 +105,7 @@ async def resume_kind(
     responses=problems(403),
 )
 async def list_pauses(state: StateDep, principal: OperatorPrincipal) -> KindPausesPublic:
-    async with state.engine.connect() as conn:
-        found = await pauses.paused(conn)
-        latest = await pauses.events(conn)
+    found, latest = await state.pauses().listing()
     return KindPausesPublic(
         items=[KindPausePublic.of(p) for p in found],
         events=[KindPauseEventPublic.of(e) for e in latest],

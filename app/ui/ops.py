@@ -303,7 +303,7 @@ async def _bulk_form(
         chosen = BulkOperationCreate.model_validate(
             {
                 "action": form.get("action", ""),
-                "note": (form.get("note") or "").strip() or None,
+                **({"note": note} if (note := (form.get("note") or "").strip()) else {}),
                 **(
                     {"filter": search.model_dump(mode="json")}
                     if selection == "filter"

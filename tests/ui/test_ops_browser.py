@@ -197,6 +197,11 @@ async def test_the_operators_page_live_in_a_browser(
                 )
                 await page.get_by_role("checkbox", name=f"Pick {extra[0]}").check()
                 await page.get_by_role("button", name="Preview").click()
+                panel = page.locator("#bulk-panel")
+                await expect(panel).not_to_be_empty()
+                assert await panel.get_by_test_id("bulk-refused").count() == 0, (
+                    await panel.text_content()
+                )
                 await expect(page.get_by_test_id("bulk-matched")).to_have_text("1")
                 await page.screenshot(path=screenshots / "ops-3-bulk-preview.png", full_page=True)
                 await page.get_by_test_id("bulk-confirm").click()

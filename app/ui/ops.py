@@ -3,8 +3,10 @@
 the API -- the jobs of every owner.
 
 Operators only: every route here, reads included, checks the role (a hidden link is not
-a permission). Writes go through the API's own route functions
-(:mod:`atlas_jobs._app.api.routers.pauses`), after the page's same-origin and CSRF checks.
+a permission). Writes go where the API's go -- the pause service
+(:mod:`atlas_jobs._app.services.pauses`) and the bulk operations' accept and preview
+(:mod:`atlas_jobs._app.db.bulk`, the SQL ``POST /v1/bulk-operations`` runs) -- after the
+page's same-origin and CSRF checks.
 ``/ui/ops/live`` is the page's event stream: an ``activity`` event each time the charts'
 rollup may have moved (its interval), on which the charts re-read -- no query per viewer
 in the stream itself.

@@ -19,7 +19,7 @@ from atlas_jobs._app.db import pauses
 from atlas_jobs._app.db.pauses import Pause, PauseEvent
 from atlas_jobs._app.kinds import KINDS
 from atlas_jobs._app.services.live_workers import LiveWorkers, refresh_once
-from atlas_jobs._app.services.refusals import KindNotPaused, UnknownKind
+from atlas_jobs._app.services.refusals import KindNotFound, KindNotPaused
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class PauseService:
             return
         await self.refresh()  # a worker that started since the last refresh
         if kind not in self._served():
-            raise UnknownKind(known=self.known_kinds())
+            raise KindNotFound(kind=kind, known=self.known_kinds())
 
     async def pause(
         self, *, kind: str, version: int | None, actor: str, note: str | None

@@ -181,8 +181,9 @@ async def test_pausing_is_for_operators_and_answers_clear_problems(
         ).status_code == 403
 
     unknown = await client.post("/v1/kinds/no.such.kind/pause", headers=keys.op)
-    assert unknown.status_code == 422
-    assert unknown.json()["type"] == "urn:atlas-jobs:problem:unknown-kind"
+    assert unknown.status_code == 404
+    assert unknown.json()["type"] == "urn:atlas-jobs:problem:kind-not-found"
+    assert "known kinds: atlas.bundle" in unknown.json()["detail"]
     bad = await client.post(path, json={"version": 0}, headers=keys.op)
     assert bad.status_code == 422
     assert [".".join(e["loc"]) for e in bad.json()["errors"]] == ["body.version"]

@@ -96,7 +96,7 @@ async def test_an_operator_pauses_and_resumes_a_kind_from_the_page(
         typo = await http.post(
             "/ui/ops/pauses", data={**form, "kind": "atlas.bundel"}, headers=SAME_ORIGIN
         )
-        assert "Unknown kind; known kinds: atlas.bundle" in typo.text
+        assert "Unknown kind &#39;atlas.bundel&#39;; known kinds: atlas.bundle" in typo.text
         bad_version = await http.post(
             "/ui/ops/pauses", data={**form, "version": "two"}, headers=SAME_ORIGIN
         )

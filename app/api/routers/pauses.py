@@ -45,7 +45,7 @@ KindName = Path(min_length=1, max_length=200, description="The job kind.")
             "and note kept).",
         },
         status.HTTP_201_CREATED: {"description": "Paused now."},
-        **problems(400, 403, 413, 415, 422),
+        **problems(400, 403, 404, 413, 415, 422),
     },
 )
 async def pause_kind(

@@ -157,6 +157,7 @@ class WaitingReason(StrEnum):
     SCHEDULED = "scheduled"
     START_DEADLINE_PASSED = "start_deadline_passed"
     NO_WORKER = "no_worker"
+    PAUSED = "paused"
 
 
 WAITING_DOCS: Final = MappingProxyType(
@@ -172,6 +173,10 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
+        ),
+        WaitingReason.PAUSED: (
+            "An operator paused the job's kind (every version, or this one): no worker "
+            "claims it until the kind is resumed; attempts already running finish."
         ),
     }
 )

@@ -120,10 +120,20 @@ def _moment(at: datetime, now: datetime) -> str:
     )
 
 
+def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
+    """A pause as words: "paused by operator:ops at 2026-12-02 06:10 UTC: destination
+    down" (no note: no colon after the time)."""
+    when = _timestamp(at)
+    shown = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if when else "an unknown time"
+    phrase = f"paused by {by} at {shown}"
+    return f"{phrase}: {note}" if note else phrase
+
+
 def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
     """What holds a queued job (``waiting_for``), as words: "scheduled for 09:00 UTC",
-    "no worker serves thumbnail.render@2"; for a reason this client does not know, the
-    server's message. A ``run_at`` that passed since the read holds nothing."""
+    "no worker serves thumbnail.render@2", "paused by operator:ops at ...: note"; for a
+    reason this client does not know, the server's message. A ``run_at`` that passed
+    since the read holds nothing."""
     if not isinstance(waiting, Mapping):
         return None
     reason = waiting.get("reason")
@@ -136,6 +146,8 @@ def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
         return "not started by its start deadline; it will not run"
     if reason == "no_worker":
         return f"no worker serves {waiting.get('kind')}"
+    if waiting.get("reason") == "paused":
+        return paused_phrase(str(waiting.get("by")), waiting.get("at"), waiting.get("note"))
     message = waiting.get("message")
     return str(message) if message else None
 

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, gt=0, description="Worker lease length.")
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
+    activity_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the workers update the per-minute rollup behind the status "
+        "page's charts (one process at a time).",
+    )
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
     webhook_interval_seconds: float = Field(
         default=1.0, gt=0, description="How often each worker process sends due webhooks."

@@ -329,6 +329,9 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # * The handler filter keeps a job that no running worker can handle visibly queued.
 # * A job never started past its start deadline (start_by) is never claimed: the
 #   database clock decides, whenever the sweeper gets to end it (miss_start).
+# * A paused kind (kind_pauses: every version, 0, or one) is skipped here, in the claim
+#   itself, so no process claims it once the pause has committed, whatever its cache.
+#   The table has a few rows: an anti-join hashed once per claim statement.
 CLAIM_SELECTION = f"""
     SELECT id
       FROM jobs
@@ -336,6 +339,8 @@ CLAIM_SELECTION = f"""
        AND available_at <= {_NOW}
        AND (start_by IS NULL OR start_by > {_NOW} OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED"""

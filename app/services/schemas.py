@@ -364,13 +364,22 @@ class WaitingForPublic(BaseModel):
         description="What holds it: `scheduled` -- its `run_at` is still ahead; "
         "`start_deadline_passed` -- no worker claimed it by its `start_by`, so it will "
         "never start (the next maintenance pass ends it `failed`); `no_worker` -- no live "
-        "worker process serves the job's kind@version."
+        "worker process serves the job's kind@version; `paused` -- an operator paused its "
+        "kind (`by`, `at`, `note`)."
     )
     kind: str | None = Field(
         default=None,
-        description="The `kind@version` it waits for a worker of (reason `no_worker`).",
+        description="The `kind@version` it waits for a worker of (reason `no_worker`), or "
+        "whose pause holds it (reason `paused`).",
         examples=["atlas.bundle@1"],
     )
+    by: str | None = Field(
+        default=None,
+        description="Who paused the kind (reason `paused`).",
+        examples=["operator:ops"],
+    )
+    at: datetime | None = Field(default=None, description="When the kind was paused.")
+    note: str | None = Field(default=None, description="Why, as the operator said.")
     run_at: datetime | None = Field(
         default=None, description="When it may start (reason `scheduled`)."
     )
@@ -442,9 +451,9 @@ class JobPublic(BaseModel):
     )
     waiting_for: WaitingForPublic | None = Field(
         description="Set on a queued job that something holds (its `run_at` is ahead, its "
-        "start deadline passed, no live worker serves its kind@version); null otherwise. "
-        "Workers are read from the API's view of the live workers, at most "
-        "ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        "start deadline passed, its kind is paused, or no live worker serves its "
+        "kind@version); null otherwise. Pauses and workers are read from the API's view of "
+        "them, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

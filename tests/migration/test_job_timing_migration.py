@@ -15,7 +15,7 @@ from atlas_jobs._app.db.engine import create_engine
 from tests.support import Server, alembic
 
 REVISION = "5c1d2e3f4a6b"
-PARENT = "b8fd571ff01f"
+PARENT = "4e5f6a7b8c9d"
 JOB = """
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds)

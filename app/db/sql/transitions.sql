@@ -2419,6 +2419,8 @@ WITH picked AS (
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
@@ -2457,6 +2459,8 @@ WITH picked AS (
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED

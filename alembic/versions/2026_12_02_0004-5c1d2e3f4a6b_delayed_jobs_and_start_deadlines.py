@@ -14,7 +14,7 @@ schedule's job is timed relative to its tick: ``schedules.job_delay_seconds`` an
 ``job_start_within_seconds`` (nullable: existing schedules keep creating undelayed jobs).
 
 Revision ID: 5c1d2e3f4a6b
-Revises: b8fd571ff01f
+Revises: 4e5f6a7b8c9d
 Create Date: 2026-12-02 06:10:00.000000+00:00
 """
 
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "5c1d2e3f4a6b"
-down_revision: str | None = "b8fd571ff01f"
+down_revision: str | None = "4e5f6a7b8c9d"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

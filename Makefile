@@ -55,6 +55,7 @@ test-failover: $(STAMP) ## Only the pg_auto_failover test (part of `make test`; 
 
 bench: $(STAMP) ## The project's benchmarks (under 10 min): table + benchmarks/results/bench-*.json
 	$(BIN)/python -m benchmarks.suite
+	$(BIN)/python -m benchmarks.cli_startup
 
 lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, bandit, OpenAPI drift
 	$(BIN)/ruff check .

@@ -31,13 +31,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.live import Live
 
-from atlas_jobs._app.cli.batchfile import submit_file
 from atlas_jobs._app.cli.render import (
     facts,
     kinds_table,
@@ -45,14 +42,15 @@ from atlas_jobs._app.cli.render import (
     watch_line,
     watch_panel,
 )
-from atlas_jobs._app.client import (
-    DEFAULT_URL,
-    ClientError,
-    JobsClient,
-    Observer,
-    RefusedError,
-    follow,
-)
+from atlas_jobs._app.client.address import DEFAULT_URL
+from atlas_jobs._app.client.errors import ClientError, RefusedError
+
+if TYPE_CHECKING:
+    from atlas_jobs._app.client.http import JobsClient
+    from atlas_jobs._app.client.observer import Observer
+
+# httpx, the observer and rich's live view are imported by the verbs that use them, so
+# `atlas-jobs --help` (and every verb's own help) loads neither.
 
 client_app = typer.Typer(help="Client verbs.")
 
@@ -79,6 +77,8 @@ def _connected(url: str, api_key: str | None) -> Iterator[JobsClient]:
     if not api_key:
         _say("no API key: pass --api-key or set ATLAS_API_KEY (`atlas-jobs keys create`)")
         raise typer.Exit(EXIT_USAGE)
+    from atlas_jobs._app.client.http import JobsClient
+
     try:
         with JobsClient(url, api_key) as client:
             yield client
@@ -126,6 +126,8 @@ def submit(
         if kind is not None or idempotency_key is not None:
             _say("--from-file takes kinds and keys from the file")
             raise typer.Exit(EXIT_USAGE)
+        from atlas_jobs._app.cli.batchfile import submit_file
+
         with _connected(url, api_key) as client:
             submit_file(client, from_file, batch_size)
         return
@@ -263,6 +265,8 @@ def watch(
 ) -> None:
     """Show the job's label as it changes until it finishes (Ctrl-C stops watching; the
     job continues). In place on a terminal, one line per change when piped."""
+    from atlas_jobs._app.client.observer import Observer
+
     observer = Observer()
     final: dict[str, Any] | None = None
     with _connected(url, api_key) as client:
@@ -281,6 +285,8 @@ def watch(
 def _watch_lines(
     client: JobsClient, job_id: str, observer: Observer, wait: int
 ) -> dict[str, Any] | None:
+    from atlas_jobs._app.client.observer import follow
+
     printed = ""
 
     def render(current: Observer) -> None:
@@ -296,6 +302,11 @@ def _watch_lines(
 def _watch_live(
     client: JobsClient, job_id: str, observer: Observer, wait: int
 ) -> dict[str, Any] | None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from atlas_jobs._app.client.observer import follow
+
     console = Console()
     with Live(
         watch_panel(observer, job_id), console=console, auto_refresh=False, transient=False

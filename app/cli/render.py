@@ -5,14 +5,16 @@ attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from atlas_jobs._app.client.observer import Observer
 from atlas_jobs._app.presentation import Observation, Presentation, present
+
+if TYPE_CHECKING:
+    from atlas_jobs._app.client.observer import Observer
 
 
 def stage_cells(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 
 from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from atlas_jobs._app.client import DEFAULT_URL
+from atlas_jobs._app.client.address import DEFAULT_URL
+
+if TYPE_CHECKING:
+    import httpx
 
 schedules_app = typer.Typer(
     help="Cron schedules: one job per tick, exactly once.", no_args_is_help=True

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from atlas_jobs._app.client import DEFAULT_URL
+from atlas_jobs._app.client.address import DEFAULT_URL
 
 webhooks_app = typer.Typer(
     help="Webhook endpoints for job completion callbacks.", no_args_is_help=True

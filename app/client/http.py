@@ -22,6 +22,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
+from atlas_jobs._app.client.address import DEFAULT_URL
 from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
@@ -34,7 +35,6 @@ from atlas_jobs._app.client.errors import (
     describe_problem,
 )
 
-DEFAULT_URL: Final = "http://127.0.0.1:8000"
 SUBMIT_ATTEMPTS: Final = 5
 TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "canceled"})
 

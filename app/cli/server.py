@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -196,11 +198,55 @@ def serve(
     shutdown short). If any child dies on its own, the others are stopped too and the
     exit code is non-zero: a half-running service is not left behind.
     """
+    load_kinds(kinds)
+    settings = get_settings()
+    with embedded_server_of_this_run(settings) as served:
+        _serve(host, port, workers, concurrency, settings, served)
+
+
+@contextmanager
+def embedded_server_of_this_run(settings: Settings) -> Iterator[list[bool]]:
+    """Around a ``serve``: the embedded PostgreSQL it had to start is stopped when it
+    ends -- stopped, refused or failed -- and one it found running is left running,
+    said plainly once the service has run (with how to stop it). Yields a flag the
+    caller sets once the service has started. Nothing with ``DATABASE_URL``."""
+    served = [False]
+    if settings.database_url:
+        yield served
+        return
+    from atlas_jobs._app.db import embedded
+
+    where = settings.data_dir
+    started_here = not embedded.is_running(where)
+    try:
+        yield served
+    finally:
+        if started_here and embedded.is_running(where):
+            embedded.stop(where)
+            _say(
+                settings,
+                "serve.embedded_stopped",
+                f"stopped the embedded PostgreSQL under {where} (this serve started it)",
+                data_dir=str(where),
+            )
+        elif served[0] and embedded.is_running(where):
+            _say(
+                settings,
+                "serve.embedded_running",
+                f"the embedded PostgreSQL under {where} keeps running (it ran before this "
+                "serve started); stop it with: atlas-jobs db stop",
+                data_dir=str(where),
+            )
+
+
+def _serve(
+    host: str, port: int, workers: int, concurrency: int, settings: Settings, served: list[bool]
+) -> None:
     from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port, where
 
-    load_kinds(kinds)
     url = migrated_database_url(wait=True)
     require_free_port(host, port)
+    served[0] = True
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     # Workers write their metrics to files here (prometheus-client's multiprocess
@@ -231,7 +277,6 @@ def serve(
         ),
     ]
     base = bind_url(host, port)
-    settings = get_settings()
     _say(
         settings,
         "serve.started",
@@ -296,6 +341,29 @@ def dev_destination(
     data.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"test destination on http://{host}:{port} (record: {data})")
     asyncio.run(serve_destination(host, port, data))
+
+
+@server_app.command("dev-webhook")
+def dev_webhook(
+    host: Annotated[str, typer.Option(help="Bind address.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port.")] = 8901,
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ATLAS_DEV_WEBHOOK_SECRET",
+            help="The endpoint's signing secret (whsec_...): verify each delivery with it.",
+        ),
+    ] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Also append each delivery (headers, body) as JSON.")
+    ] = None,
+) -> None:
+    """Receive completion callbacks on this machine and print one line per delivery
+    (for trying webhooks offline: register http://localhost:PORT/ as an endpoint; `make
+    run` lets webhooks reach localhost)."""
+    from atlas_jobs._app.devtools.webhook_receiver import serve as serve_receiver
+
+    serve_receiver(host, port, secret=secret, log=log)
 
 
 def _say(settings: Settings, event: str, line: str, **fields: object) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
+from atlas_jobs._app.cli.tables import print_table
 from atlas_jobs._app.client.address import DEFAULT_URL
 
 webhooks_app = typer.Typer(
@@ -46,8 +47,8 @@ def list_webhooks(
     if raw:
         typer.echo(json.dumps(body, indent=2))
         return
-    for item in body["items"]:
-        typer.echo(f"{item['id']}  {item['url']}  {item['description'] or ''}".rstrip())
+    rows = [[item["id"], item["url"], item["description"]] for item in body["items"]]
+    print_table(("ID", "URL", "DESCRIPTION"), rows, empty="no webhook endpoints")
 
 
 @webhooks_app.command("delete")
@@ -68,6 +69,18 @@ def deliveries(
     if raw:
         typer.echo(json.dumps(body, indent=2))
         return
-    for item in body["items"]:
-        last = item["last_status_code"] or item["last_error"] or "-"
-        typer.echo(f"{item['id']}  {item['event']}  {item['state']}  {item['attempts']}  {last}")
+    rows = [
+        [
+            item["id"],
+            item["event"],
+            item["state"],
+            item["attempts"],
+            item["last_status_code"] or item["last_error"] or "-",
+        ]
+        for item in body["items"]
+    ]
+    print_table(
+        ("ID", "EVENT", "STATE", "ATTEMPTS", "LAST ANSWER"),
+        rows,
+        empty="no notifications for this job (is a webhook endpoint registered?)",
+    )

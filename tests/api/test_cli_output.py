@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from atlas_jobs._app.apikeys import Role, create_key
 from atlas_jobs._app.cli.client import event_lines
 from atlas_jobs._app.cli.tables import print_table
-from atlas_jobs._app.transitions import Transitions, error_doc
+from atlas_jobs._app.lifecycle import DeliveryState
+from atlas_jobs._app.transitions import Applied, Transitions, error_doc
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, WORKER, Driver
 from tests.api.test_cli import cli
@@ -95,10 +96,26 @@ def test_progress_lines_only_when_the_label_changes() -> None:
 
 
 async def test_a_result_without_files_reads_as_finished_and_has_nothing_to_download(
-    live_api: LiveApi, erin: dict[str, str], driver: Driver, tmp_path: Path
+    live_api: LiveApi,
+    erin: dict[str, str],
+    driver: Driver,
+    transitions: Transitions,
+    engine: AsyncEngine,
+    tmp_path: Path,
 ) -> None:
     job_id = await _submit(live_api, erin["ATLAS_API_KEY"])
-    await driver.succeed(job_id, "erin", {})
+    attempt = await driver.claim(job_id)
+    async with engine.begin() as conn:
+        staged = await transitions.stage_output(
+            conn, job_id, attempt, DeliveryState.STAGED_PRIVATE, actor=WORKER
+        )
+        assert staged.ok
+    async with engine.begin() as conn:
+        assert await transitions.lock_for_publication(conn, job_id, attempt)
+        published = await transitions.publish(
+            conn, job_id, attempt, result_ref={"files": []}, ttl_seconds=60, actor=WORKER
+        )
+    assert isinstance(published, Applied), published
 
     shown = cli("status", str(job_id), env=erin)
     assert shown.returncode == 0, shown.stderr

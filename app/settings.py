@@ -15,7 +15,7 @@ from atlas_jobs._app.destinations import DESTINATION_NAME, Destination
 
 
 class Settings(BaseSettings):
-    """Every knob the service reads. Each field is documented in the README."""
+    """Every knob the service reads. Each field is documented in docs/configuration.md."""
 
     model_config = SettingsConfigDict(env_prefix="ATLAS_", extra="ignore")
 

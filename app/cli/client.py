@@ -120,6 +120,12 @@ def submit(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Jobs per batch request with --from-file.")
     ] = 100,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            help="A webhook endpoint's id (atlas-jobs webhooks create): called when the job ends."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
@@ -128,7 +134,7 @@ def submit(
     Lines file (--from-file) and print their ids. A lost answer is repeated with the same
     Idempotency-Key, so it never creates a second job."""
     if from_file is not None:
-        if kind is not None or idempotency_key is not None:
+        if kind is not None or idempotency_key is not None or notify is not None:
             _say("--from-file takes kinds and keys from the file")
             raise typer.Exit(EXIT_USAGE)
         from atlas_jobs._app.cli.batchfile import submit_file
@@ -149,7 +155,7 @@ def submit(
         _say("--input must be a JSON object")
         raise typer.Exit(EXIT_USAGE)
     with _connected(url, api_key) as client:
-        created = client.submit(kind, job_input, idempotency_key=idempotency_key)
+        created = client.submit(kind, job_input, idempotency_key=idempotency_key, notify=notify)
     if as_json:
         _print_json(created)
         return

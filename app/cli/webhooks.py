@@ -1,6 +1,6 @@
 """``atlas-jobs webhooks ...``: register and list completion-callback endpoints over HTTP
 (``--url``/``ATLAS_URL``, ``--api-key``/``ATLAS_API_KEY``), through the client library.
-``create`` prints the signing secret, once."""
+``create`` prints the endpoint's id, and its signing secret once (on stderr)."""
 
 from __future__ import annotations
 
@@ -26,15 +26,19 @@ def create(
     api_url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """Register an endpoint; prints its id and its secret (shown only now)."""
+    """Register an endpoint: prints its id (on stdout, alone) and its signing secret (on
+    stderr, shown only now)."""
     body = {"url": url, **({"description": description} if description else {})}
     with _connected(api_url, api_key) as api:
         made = api.call("POST", "/v1/webhooks", ok=frozenset({201}), json=body).json()
     if raw:
         typer.echo(json.dumps(made, indent=2))
     else:
-        typer.echo(f"{made['id']}  {made['url']}")
-        typer.echo(f"secret: {made['secret']}  (shown once: store it to verify signatures)")
+        typer.echo(made["id"])  # alone on stdout: HOOK=$(atlas-jobs webhooks create URL)
+        typer.echo(f"endpoint {made['id']} for {made['url']}", err=True)
+        typer.echo(
+            f"secret: {made['secret']}  (shown once: store it to verify signatures)", err=True
+        )
 
 
 @webhooks_app.command("list")

@@ -193,13 +193,18 @@ class JobsClient:
         job_input: Mapping[str, Any],
         *,
         idempotency_key: str | None = None,
+        notify: str | None = None,
         attempts: int = SUBMIT_ATTEMPTS,
     ) -> dict[str, Any]:
-        """Create a job (``202``); every retry sends the same ``Idempotency-Key``."""
+        """Create a job (``202``); every retry sends the same ``Idempotency-Key``.
+        ``notify``: one of the owner's webhook endpoints, called when the job ends."""
         key = idempotency_key or f"cli-{uuid.uuid4()}"
+        payload: dict[str, Any] = {"kind": kind, "input": dict(job_input)}
+        if notify is not None:
+            payload["notify"] = notify
         response = self.post_idempotent(
             "/v1/jobs",
-            {"kind": kind, "input": dict(job_input)},
+            payload,
             {"Idempotency-Key": key},
             attempts=attempts,
         )

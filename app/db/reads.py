@@ -73,14 +73,6 @@ _JOB_BY_ID: Select[*tuple[Any, ...]] = select(*JOB_STATUS_COLUMNS, _OBSERVED).wh
 _OWNED_JOB_BY_ID = _JOB_BY_ID.where(jobs.c.owner == bindparam("owner"))
 
 
-async def job_input(conn: AsyncConnection, job_id: uuid.UUID, *, owner: str) -> Any:
-    """The input ``owner``'s job ``job_id`` was created with, as stored; ``None`` for a
-    job of another owner (its input is never shown to anyone else) or no such job."""
-    return await conn.scalar(
-        select(jobs.c.input).where(jobs.c.id == job_id, jobs.c.owner == owner)
-    )
-
-
 async def get_job_now(
     conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock
 ) -> Row[Any] | None:
@@ -438,7 +430,6 @@ async def live_workers(
 
 
 __all__ = [
-    "job_input",
     "JobFilter",
     "QueueLine",
     "SeenKey",

@@ -64,7 +64,7 @@ def skeleton(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -
     schema = _resolved(schema, root)
     if "default" in schema:
         return schema["default"]
-    if "examples" in schema and schema["examples"]:
+    if schema.get("examples"):
         return schema["examples"][0]
     if "const" in schema:
         return schema["const"]
@@ -96,7 +96,9 @@ def input_fields(spec: KindSpec) -> list[InputField]:
             name=name,
             type=_type_name(prop, schema),
             required=name in required,
-            description=str(_resolved(prop, schema).get("description") or prop.get("description") or ""),
+            description=str(
+                _resolved(prop, schema).get("description") or prop.get("description") or ""
+            ),
         )
         for name, prop in schema.get("properties", {}).items()
     ]

@@ -313,8 +313,9 @@ def _serve(
     stop(signal.SIGTERM)
     codes = [process.wait() for process in processes]
     shutil.rmtree(metrics_dir, ignore_errors=True)
-    # A child stopped by the signal we forwarded ended cleanly (uvicorn re-raises it).
-    clean = {0, -signal.SIGTERM, -signal.SIGINT}
+    # A child stopped by the signal we forwarded ended cleanly: uvicorn re-raises it
+    # (-N), the console command exits 128 + N on Ctrl-C's KeyboardInterrupt.
+    clean = {0, -signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGINT, 128 + signal.SIGTERM}
     if unexpected or any(code not in clean for code in codes):
         _say(
             settings,

@@ -153,9 +153,11 @@ async def test_submit_a_job_and_read_its_page_at_desktop_and_phone_widths(
             # The API docs, linked from every page, load nothing from outside the app.
             await page.get_by_test_id("api-docs").first.click()
             await expect(page).to_have_url(f"{service.url}/docs")
-            await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Atlas")
+            await expect(page.locator(".swagger-ui .info .title")).to_contain_text(
+                "Atlas", timeout=WAIT_MS
+            )
             await page.goto(f"{service.url}/redoc", wait_until="networkidle")
-            await expect(page.locator("h1").first).to_contain_text("Atlas")
+            await expect(page.locator("h1").first).to_contain_text("Atlas", timeout=WAIT_MS)
             assert outside == [], outside
             assert missing == [], missing  # the favicon included
             assert problems == []

@@ -95,6 +95,12 @@ async def test_docs_pages_need_no_internet(client: httpx.AsyncClient) -> None:
             if source.startswith("/docs-assets/"):
                 assert (await client.get(source)).status_code == 200, source
         assert "cdn" not in html.lower()
+    redoc = (await client.get("/redoc")).text
+    (script,) = re.findall(r'<script src="([^"]+redoc[^"]*)"', redoc)
+    bundle = await client.get(script)
+    assert bundle.status_code == 200
+    assert "https://cdn." not in bundle.text  # its sidebar's logo included
+    assert "validatorUrl" in (await client.get("/docs")).text  # no online validator
 
 
 def _keys(node: Any, path: str = "") -> list[tuple[str, str]]:

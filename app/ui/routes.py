@@ -24,7 +24,7 @@ from atlas_jobs._app.api.jobcreation import create_job, needs_transaction
 from atlas_jobs._app.api.reading import answer, public_status
 from atlas_jobs._app.api.routers import kinds, operations
 from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
-from atlas_jobs._app.api.schemas import JobCreateBase, JobPublic, ResultFile
+from atlas_jobs._app.api.schemas import HistoryItem, JobCreateBase, JobPublic, ResultFile
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.api.views import (
     effective_delivery,
@@ -300,6 +300,29 @@ def publication_of(job: Any) -> dict[str, Any] | None:
     return None if found is None else found.model_dump(mode="json")
 
 
+def view_of(
+    state: ApiState,
+    job: Any,
+    status: JobPublic,
+    history: Sequence[HistoryItem],
+    viewer: Viewer,
+    *,
+    notice: str | None = None,
+) -> JobView:
+    """The job page's view of a full job row: its download links and publication, and
+    its input for its owner only (an operator looking at another owner's job does not
+    see it)."""
+    return job_view(
+        status,
+        history,
+        files_for(state, job, viewer),
+        viewer,
+        notice=notice,
+        publication=publication_of(job),
+        job_input=job.input if job.owner == viewer.principal.owner else None,
+    )
+
+
 async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobView:
     async with one_snapshot(state.engine) as conn:  # the status and history agree
         job = await reads.get_job(
@@ -309,18 +332,7 @@ async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobVi
             raise UiNotFoundError()
         status = await public_status(conn, job)
         rows = await reads.history_tail(conn, job_id, limit=HISTORY_SHOWN)
-    # The input is shown to its owner only: an operator looking at another owner's job
-    # does not see it.
-    job_input = job.input if job.owner == viewer.principal.owner else None
-    history = [history_item(row) for row in rows]
-    return job_view(
-        status,
-        history,
-        files_for(state, job, viewer),
-        viewer,
-        publication=publication_of(job),
-        job_input=job_input,
-    )
+    return view_of(state, job, status, [history_item(row) for row in rows], viewer)
 
 
 @router.get("/jobs/{job_id}", name="ui-job")
@@ -363,12 +375,8 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
         rows = await reads.history_tail(conn, job_uuid, limit=HISTORY_SHOWN)
     if not is_htmx(request):  # a plain form post: back to the page (post/redirect/get)
         return RedirectResponse(f"/ui/jobs/{job_uuid}", status_code=303)
-    view = job_view(
-        status,
-        [history_item(row) for row in rows],
-        files_for(state, outcome.job, viewer),
-        viewer,
-        notice=notice,
+    view = view_of(
+        state, outcome.job, status, [history_item(row) for row in rows], viewer, notice=notice
     )
     return page("panel.html", viewer, view=view)
 

@@ -228,14 +228,14 @@ async def _listing(
         rows = await reads.list_jobs(conn, query, now=state.clock.now())
         shown = rows[:PAGE_SIZE]
         stages = await reads.stages_for(conn, [row.id for row in shown])
-    statuses = [job_status(row, stages[row.id]) for row in shown]
+    statuses = [(job_status(row, stages[row.id]), row) for row in shown]
     filters: list[tuple[str, str]] = [("state", s) for s in states]
     filters += [("kind", k) for k in query.kinds]
     if wanted_owner != viewer.principal.owner:
         filters.append(("owner", wanted_owner))
     more = len(rows) > PAGE_SIZE and shown
     return {
-        "items": [(s, label_of(s)[0]) for s in statuses],
+        "items": [(s, label_of(s, result_of(row))[0]) for s, row in statuses],
         "owner": wanted_owner,
         "states": list(states),
         "kinds": query.kinds,
@@ -290,6 +290,14 @@ def files_for(state: ApiState, job: Any, viewer: Viewer) -> list[ResultFile]:
     if effective_delivery(job) != DeliveryState.AVAILABLE:
         return []
     return result_files(job, state.signer, viewer.principal.key_id, "")
+
+
+def result_of(job: Any) -> dict[str, Any] | None:
+    """What a label needs of an available result (its files, its publication), from
+    the job row: a result without files then reads as finished, not as a download."""
+    if effective_delivery(job) != DeliveryState.AVAILABLE:
+        return None
+    return {"files": (job.result_ref or {}).get("files", []), "publication": publication_of(job)}
 
 
 def publication_of(job: Any) -> dict[str, Any] | None:

@@ -10,8 +10,11 @@ import uuid
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.support import BUNDLE_INPUT, Driver, Keys
+from atlas_jobs._app.lifecycle import DeliveryState
+from atlas_jobs._app.transitions import Transitions
+from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys
 from tests.ui.conftest import SAME_ORIGIN, log_in
 from tests.ui.test_pages import browser, create_job
 
@@ -94,3 +97,34 @@ async def test_the_layout_links_the_api_docs_and_a_favicon(app: FastAPI, keys: K
         jobs = await anyone.get("/ui/jobs")
         assert 'href="/docs" data-testid="api-docs"' in jobs.text
         assert 'href="/ui/submit"' in jobs.text
+
+
+async def test_a_result_without_files_reads_as_finished_in_the_list_and_on_its_page(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    transitions: Transitions,
+    engine: AsyncEngine,
+) -> None:
+    job_id = await create_job(client, keys.alice)
+    job = uuid.UUID(job_id)
+    attempt = await driver.claim(job)
+    async with engine.begin() as conn:
+        staged = await transitions.stage_output(
+            conn, job, attempt, DeliveryState.STAGED_PRIVATE, actor=WORKER
+        )
+        assert staged.ok
+    async with engine.begin() as conn:
+        assert await transitions.lock_for_publication(conn, job, attempt)
+        published = await transitions.publish(
+            conn, job, attempt, result_ref={"files": []}, ttl_seconds=60, actor=WORKER
+        )
+        assert published.ok
+    async with browser(app) as alice:
+        await log_in(alice, keys.alice)
+        page = (await alice.get(f"/ui/jobs/{job_id}")).text
+        listing = (await alice.get("/ui/jobs")).text
+    assert 'data-testid="label">Finished (no files)<' in page
+    assert "Ready — download" not in page
+    assert "<td>Finished (no files)</td>" in listing

@@ -109,6 +109,7 @@ from atlas_jobs._app.db.engine import (
     single_statements,
 )
 from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from atlas_jobs._workers.handlers import registry
@@ -607,7 +608,7 @@ async def explain_claim(
     and its buffers go at this queue size."""
     params = {
         "worker_id": "bench",
-        "actor": str(Actor("worker", "bench")),
+        "actor": str(Actor(ActorKind.WORKER, "bench")),
         "handlers": handlers,
         "limit": limit,
         "lease_seconds": transitions.lease_seconds,

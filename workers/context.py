@@ -178,9 +178,6 @@ class JobContext:
         if self.draining:
             raise ReleaseStop(str(self.job_id))
 
-    async def is_cancel_requested(self) -> bool:
-        return self.cancel_requested
-
     async def sleep(self, seconds: float) -> None:
         """Simulated work; returns early only when the lease is lost (then raises)."""
         if seconds > 0:

@@ -82,7 +82,7 @@ from atlas_jobs._app.db.engine import (
     single_statements,
 )
 from atlas_jobs._app.heap import freeze_startup_heap
-from atlas_jobs._app.lifecycle import AttemptOutcome
+from atlas_jobs._app.lifecycle import ActorKind, AttemptOutcome
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import make_store
@@ -158,7 +158,7 @@ class WorkerPool:
         self.statements = single_statements(self.engine)
         self.transitions = Transitions(clock or Clock(), lease_seconds=settings.lease_seconds)
         self.store = make_store(settings)
-        self.actor = Actor("worker", self.worker_id)
+        self.actor = Actor(ActorKind.WORKER, self.worker_id)
         self.completer = Completer(
             self.statements,
             self.transitions,
@@ -479,10 +479,10 @@ class WorkerPool:
     async def _claim(self, keys: list[str], want: int) -> list[Row[Any]]:
         """One claim statement on the claims' own connection.
 
-        It stays checked out between claims: a checkout and its check-in cost ~0.1 ms
-        of CPU per claim, on the pickup path of every job that arrives at an idle
-        worker. A failed claim closes it (the pool discards a broken one); the next
-        claim takes another."""
+        It stays checked out between claims: no checkout and check-in per claim, on the
+        pickup path of every job that arrives at an idle worker (docs/performance.md,
+        "Figures behind the code"). A failed claim closes it (the pool discards a broken
+        one); the next claim takes another."""
         if self._claimer is None:
             self._claimer = await self.statements.connect()
         try:

@@ -15,6 +15,7 @@ from tests.support import REPO, free_port
 SERVER_PACKAGES = ("sqlalchemy", "pydantic", "pydantic_settings", "fastapi", "asyncpg", "alembic")
 SERVER_MODULES = (
     "atlas_jobs._app.api",
+    "atlas_jobs._app.services",
     "atlas_jobs._app.db",
     "atlas_jobs._app.settings",
     "atlas_jobs._app.apikeys",

@@ -719,7 +719,7 @@ class Churner:
         early, at a batch boundary, once ``deadline`` (``time.perf_counter()``) passed."""
         pool = self.pool
         stop = asyncio.Event()
-        pruned_before = pool.pruner.total
+        pruned_before = pool.maintenance.pruner.total
         sweeping = asyncio.create_task(self._sweep(stop))
         t0 = time.perf_counter()
         done = start
@@ -758,7 +758,7 @@ class Churner:
         finally:
             stop.set()
             await sweeping
-        return Churned(seconds, done - start, pool.pruner.total - pruned_before, tables)
+        return Churned(seconds, done - start, pool.maintenance.pruner.total - pruned_before, tables)
 
     async def _publish(self, rows: Sequence[Any]) -> list[Any]:
         """As the completer publishes a flush: one ``publish_many`` statement."""
@@ -778,7 +778,7 @@ class Churner:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            await self.pool.sweeper.run_once()
+            await self.pool.maintenance.sweeper.run_once()
 
     async def close(self) -> None:
         await self.pool.engine.dispose()

@@ -279,7 +279,7 @@ _CLAIM_WRITES = selected_writes(TransitionName.CLAIM, CLAIM_SELECTION)
 CLAIM = text(f"{_CLAIM_WRITES}SELECT *, {_NOW} AS observed_at FROM moved ORDER BY seq")
 
 # claim_to_run: the same claim, answering only what a worker needs to start each attempt
-# (atlas_jobs._workers.context.ClaimedJob, and the claim metrics: state, updated_at, available_at).
+# (atlas_jobs._app.db.records.ClaimedJob, and the claim metrics: state, updated_at, available_at).
 # The result columns are declared, so the result's metadata is built once per statement
 # instead of from the cursor on every claim, and no column a worker never reads (the
 # other jsonb documents among them) is sent or decoded.

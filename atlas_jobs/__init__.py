@@ -14,7 +14,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from atlas_jobs.declaration import DEFAULT_TIMEOUT_SECONDS, Kind, Result, RetryPolicy, Stage, kind
+from atlas_jobs.declaration import (
+    DEFAULT_TIMEOUT_SECONDS,
+    Concurrency,
+    Kind,
+    Result,
+    RetryPolicy,
+    Stage,
+    kind,
+)
 
 if TYPE_CHECKING:
     from atlas_jobs.context import Context, DeadlineRule, Outputs, Signal, SyncContext
@@ -23,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "Concurrency",
     "Context",
     "DeadlineRule",
     "DestinationName",

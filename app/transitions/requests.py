@@ -160,6 +160,9 @@ class RequestMoves(Service):
             max_attempts=old.max_attempts,
             max_elapsed_seconds=old.max_elapsed_seconds,
             replay_of=old.id,
+            priority=old.priority,
+            concurrency_key=old.concurrency_key or None,
+            concurrency_limit=old.concurrency_limit,
         )
         [created] = await self.create_many(
             conn, [new], actor=actor, transition=_N.REPLAY, note=note
@@ -333,6 +336,9 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_idempotency_key": new.idempotency_key,
         "p_replay_of": new.replay_of,
         "p_data": _creation_data(new),
+        "p_priority": new.priority,
+        "p_concurrency_key": new.concurrency_key,
+        "p_concurrency_limit": new.concurrency_limit,
     }
 
 
@@ -353,6 +359,9 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
         "p_replay_of": _optional([n.replay_of for n in batch]),
         "p_data": _optional([_creation_data(n) for n in batch]),
+        "p_priority": _optional([n.priority for n in batch]),
+        "p_concurrency_key": _optional([n.concurrency_key for n in batch]),
+        "p_concurrency_limit": _optional([n.concurrency_limit for n in batch]),
     }
 
 

@@ -148,6 +148,9 @@ class WaitingReason(StrEnum):
     state nor a reason of one: computed when the status is read, never stored."""
 
     NO_WORKER = "no_worker"
+    CONCURRENCY = "concurrency"
+    FAIR_SHARE = "fair_share"
+    BACKLOG = "backlog"
 
 
 WAITING_DOCS: Final = MappingProxyType(
@@ -155,6 +158,19 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
+        ),
+        WaitingReason.CONCURRENCY: (
+            "The job's concurrency key has as many jobs running as its limit allows (or "
+            "no start left in its rate): it starts when one of them ends."
+        ),
+        WaitingReason.FAIR_SHARE: (
+            "The queue is behind and other owners' lanes take their turn first (fair "
+            "share): `ahead_of_you` estimates how many lanes start a job before this "
+            "one's next turn."
+        ),
+        WaitingReason.BACKLOG: (
+            "The queue is behind: older queued jobs start first; `queue_age_seconds` is "
+            "how long the oldest has waited."
         ),
     }
 )

@@ -114,11 +114,25 @@ def _queued_label(status: Mapping[str, Any]) -> str:
 
 def _waiting_phrase(waiting: Any) -> str | None:
     """What holds a queued job (``waiting_for``), as words: "no worker serves
-    thumbnail.render@2"; for a reason this client does not know, the server's message."""
+    thumbnail.render@2", "waiting for a slot in press (3 of 3 busy)"; for a reason this
+    client does not know, the server's message."""
     if not isinstance(waiting, Mapping):
         return None
-    if waiting.get("reason") == "no_worker":
+    reason = waiting.get("reason")
+    if reason == "no_worker":
         return f"no worker serves {waiting.get('kind')}"
+    if reason == "concurrency":
+        limit, running = waiting.get("limit"), waiting.get("running")
+        busy = f" ({running} of {limit} busy)" if limit is not None else " (no start left)"
+        return f"waiting for a slot in {waiting.get('key')}{busy}"
+    if reason == "fair_share":
+        ahead = waiting.get("ahead_of_you")
+        return f"other owners' turn first (about {ahead} ahead)"
+    if reason == "backlog":
+        age = waiting.get("queue_age_seconds")
+        return "behind older jobs" + (
+            f" (the oldest has waited {round(age)} s)" if isinstance(age, (int, float)) else ""
+        )
     message = waiting.get("message")
     return str(message) if message else None
 

@@ -141,7 +141,9 @@ class Concurrency:
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= 100_000:
             raise ValueError("concurrency limit must be between 1 and 100000")
-        if self.key is not None and not re.fullmatch(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,99}$", self.key):
+        if self.key is not None and not re.fullmatch(
+            r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,99}$", self.key
+        ):
             raise ValueError(f"concurrency key {self.key!r}: 1-100 letters, digits or _.:@-")
 
 

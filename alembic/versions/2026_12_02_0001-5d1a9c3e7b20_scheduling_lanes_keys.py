@@ -10,7 +10,8 @@ Create Date: 2026-12-02 06:30:00.000000+00:00
 owner, kind@version and concurrency key with queued work, and its virtual time
 ``served``), ``concurrency_keys`` (per key: running count, declared and operator limits,
 start rate and its token bucket), ``owner_shares`` and ``scheduling_changes`` (the
-operators' settings and their audit trail).
+operators' settings and their audit trail). ``schedules`` keep the priority and the
+concurrency key their jobs are created with.
 
 The jobs triggers now keep ``claim_lanes`` (a lane is added when a job of it is queued,
 under its owner's lanes lock held shared) and ``concurrency_keys.running`` (a job with a
@@ -401,13 +402,16 @@ $function$;
 
 def upgrade() -> None:
     op.add_column(
-        "jobs", sa.Column("priority", sa.SmallInteger(), server_default=sa.text("4"), nullable=False)
+        "jobs",
+        sa.Column("priority", sa.SmallInteger(), server_default=sa.text("4"), nullable=False),
     )
     op.add_column(
         "jobs",
         sa.Column("concurrency_key", sa.Text(), server_default=sa.text("''"), nullable=False),
     )
     op.add_column("jobs", sa.Column("concurrency_limit", sa.Integer(), nullable=True))
+    op.add_column("schedules", sa.Column("priority", sa.SmallInteger(), nullable=True))
+    op.add_column("schedules", sa.Column("concurrency_key", sa.Text(), nullable=True))
     op.create_index(
         "ix_jobs_lanes",
         "jobs",
@@ -448,7 +452,8 @@ def upgrade() -> None:
         sa.Column("updated_by", sa.Text(), nullable=True),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
-            "(declared_limit IS NULL OR declared_limit >= 1) AND (max_running IS NULL OR max_running >= 0)",
+            "(declared_limit IS NULL OR declared_limit >= 1)"
+            " AND (max_running IS NULL OR max_running >= 0)",
             name=op.f("ck_concurrency_keys_limits_valid"),
         ),
         sa.CheckConstraint(
@@ -465,7 +470,10 @@ def upgrade() -> None:
         sa.Column("share", sa.Integer(), nullable=False),
         sa.Column("updated_by", sa.Text(), nullable=False),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint("share BETWEEN 1 AND 1000", name=op.f("ck_owner_shares_share_in_range")),
         sa.PrimaryKeyConstraint("owner", name=op.f("pk_owner_shares")),
@@ -473,7 +481,9 @@ def upgrade() -> None:
     op.create_table(
         "scheduling_changes",
         sa.Column("seq", sa.BigInteger(), sa.Identity(always=True), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column(
+            "at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+        ),
         sa.Column("actor", sa.Text(), nullable=False),
         sa.Column("setting", sa.Text(), nullable=False),
         sa.Column("subject", sa.Text(), nullable=False),
@@ -523,6 +533,8 @@ def downgrade() -> None:
     op.drop_index("ix_claim_lanes_served", table_name="claim_lanes")
     op.drop_table("claim_lanes")
     op.drop_index("ix_jobs_lanes", table_name="jobs")
+    op.drop_column("schedules", "concurrency_key")
+    op.drop_column("schedules", "priority")
     op.drop_column("jobs", "concurrency_limit")
     op.drop_column("jobs", "concurrency_key")
     op.drop_column("jobs", "priority")

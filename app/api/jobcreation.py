@@ -41,7 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app import tracing
+from atlas_jobs._app import fairness, tracing
 from atlas_jobs._app.api.admission import check_queue_age, too_many_active
 from atlas_jobs._app.api.errors import (
     BatchTooLargeError,
@@ -110,13 +110,22 @@ def validated_input(
 
 
 def fingerprint(
-    kind: str, normalized_input: dict[str, Any], notify: uuid.UUID | None = None
+    kind: str,
+    normalized_input: dict[str, Any],
+    notify: uuid.UUID | None = None,
+    *,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    and whom it notifies when it does)."""
+    whom it notifies when it does, and the priority and key it was asked with)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
+    if priority is not None:
+        document["priority"] = priority
+    if concurrency_key is not None:
+        document["concurrency_key"] = concurrency_key
     canonical = json.dumps(
         document,
         sort_keys=True,
@@ -191,8 +200,30 @@ def submitter(principal: Principal) -> Actor:
     return Actor("client", principal.owner, key_id=principal.key_id)
 
 
+def concurrency_of(
+    spec: KindSpec, named: str | None, loc: tuple[str | int, ...] = ("body",)
+) -> tuple[str | None, int | None]:
+    """The stored concurrency key and declared limit of a job of ``spec`` that names
+    ``named`` (or none), or a 422 naming ``concurrency_key`` when its kind takes none."""
+    if named is not None and not spec.concurrency_per_job:
+        raise InvalidRequestError(
+            f"{spec.name} takes no concurrency key",
+            errors=[
+                {
+                    "loc": [str(part) for part in (*loc, "concurrency_key")],
+                    "msg": f"kind {spec.name} declares no per-job concurrency key",
+                    "type": "concurrency_key_unknown",
+                }
+            ],
+        )
+    if spec.concurrency_key is None:
+        return None, None
+    return fairness.job_key(spec.concurrency_key, named), spec.concurrency_limit
+
+
 def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
+    key, limit = concurrency_of(spec, request.body.concurrency_key, request.loc)
     new = NewJob(
         owner=owner,
         kind=spec.name,
@@ -202,12 +233,21 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
         idempotency_key=request.idempotency_key,
+        priority=request.body.priority,
+        concurrency_key=key,
+        concurrency_limit=limit,
         traceparent=tracing.current_traceparent(),
     )
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify)
+        else fingerprint(
+            spec.name,
+            normalized,
+            request.body.notify,
+            priority=request.body.priority,
+            concurrency_key=request.body.concurrency_key,
+        )
     )
     return _Prepared(request, new, digest)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import structlog
@@ -35,6 +35,18 @@ class LiveWorkers:
 
     counts: Mapping[str, int] | None = None
     read_at: float | None = None  # time.monotonic() of the last successful read
+    scheduling: reads.SchedulingView | None = None
+    """The claim's lanes and full keys as last read (why a queued job waits)."""
+    _ranks: dict[reads.Lane, int] = field(default_factory=dict)
+
+    def adopt(self, view: reads.SchedulingView) -> None:
+        """Keep ``view`` and each lane's rank (lanes served before it)."""
+        self._ranks = {lane: rank for rank, (lane, _) in enumerate(view.lanes)}
+        self.scheduling = view
+
+    def lanes_ahead(self, lane: reads.Lane) -> int | None:
+        """How many lanes take their turn before ``lane`` (``None``: not seen)."""
+        return self._ranks.get(lane)
 
     def serving(self, key: str) -> int | None:
         """Live workers serving ``key``; ``None`` while nothing is known."""
@@ -66,7 +78,9 @@ async def refresh_once(
 ) -> None:
     async with asyncio.timeout(READ_TIMEOUT_SECONDS), engine.connect() as conn:
         counts = await reads.live_workers(conn, clock.now(), window_seconds=window_seconds)
+        view = await reads.scheduling_view(conn, clock.now())
     live.counts = MappingProxyType(counts)
+    live.adopt(view)
     live.read_at = time.monotonic()
 
 

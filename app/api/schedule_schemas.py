@@ -128,6 +128,12 @@ class ScheduledJob(BaseModel):
     notify: uuid.UUID | None = Field(
         default=None, description="The webhook endpoint each created job notifies."
     )
+    priority: int | None = Field(
+        default=None, description="Each created job's priority (null: the default)."
+    )
+    concurrency_key: str | None = Field(
+        default=None, description="The concurrency key each created job names."
+    )
 
 
 class SchedulePublic(BaseModel):

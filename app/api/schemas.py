@@ -14,8 +14,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    create_model,
+    field_validator,
+    model_serializer,
+)
 
+from atlas_jobs._app.fairness import DEFAULT_PRIORITY, JOB_KEY_PATTERN, MAX_PRIORITY, MIN_PRIORITY
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.lifecycle import (
     DeliveryState,
@@ -45,6 +54,29 @@ class JobCreateBase(StrictModel):
             "The id of one of the owner's webhook endpoints (POST /v1/webhooks) to call "
             "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
             "result expires."
+        ),
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description=(
+            f"{MIN_PRIORITY}-{MAX_PRIORITY}, default {DEFAULT_PRIORITY}: among the owner's "
+            "queued jobs of the same kind (and concurrency key), a higher priority starts "
+            "first; FIFO within a priority. It orders an owner's own work: it does not "
+            "jump other owners' (fair share)."
+        ),
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=JOB_KEY_PATTERN,
+        description=(
+            "For a kind whose concurrency limit is per job key (declared "
+            "`Concurrency(per_job=True)`): the key this job counts against, e.g. one customer; "
+            "at most the kind's limit of jobs of one key run at once. A kind without "
+            "per-job keys refuses it (422)."
         ),
     )
 
@@ -277,15 +309,48 @@ class WaitingForPublic(BaseModel):
 
     reason: WaitingReason = Field(
         description="What holds it: `no_worker` -- no live worker process serves the "
-        "job's kind@version."
+        "job's kind@version; `concurrency` -- its concurrency key is at its limit; "
+        "`fair_share` -- the queue is behind and other owners take their turn first; "
+        "`backlog` -- the queue is behind and older jobs start first."
     )
     kind: str | None = Field(
+        default=None,
         description="The `kind@version` it waits for a worker of (reason `no_worker`).",
         examples=["atlas.bundle@1"],
+    )
+    key: str | None = Field(
+        default=None,
+        description="The concurrency key at its limit (reason `concurrency`).",
+        examples=["press"],
+    )
+    limit: int | None = Field(
+        default=None, description="The key's limit: jobs running at once (`concurrency`)."
+    )
+    running: int | None = Field(
+        default=None, description="Jobs of the key running now (`concurrency`)."
+    )
+    ahead_of_you: int | None = Field(
+        default=None,
+        description="About how many other lanes start a job before this job's lane's "
+        "next turn (`fair_share`).",
+    )
+    estimate: bool | None = Field(
+        default=None,
+        description="True when the numbers are an estimate (`fair_share`, `backlog`).",
+    )
+    queue_age_seconds: float | None = Field(
+        default=None,
+        description="How long the oldest claimable job has waited (`fair_share`, `backlog`).",
     )
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
+
+    @model_serializer(mode="wrap")
+    def _only_its_reasons_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A reason's body names only the fields it sets (no nulls of other reasons)."""
+        data = handler(self)
+        return {name: value for name, value in data.items() if value is not None}
 
 
 class JobLinks(BaseModel):
@@ -317,6 +382,11 @@ class JobPublic(BaseModel):
     finished_at: datetime | None = Field(description="When it reached a terminal state.")
     attempt: int = Field(description="Attempts started so far (0 before the first claim).")
     max_attempts: int = Field(description="Attempts allowed before the job needs attention.")
+    priority: int = Field(
+        description=f"{MIN_PRIORITY}-{MAX_PRIORITY}: a higher one starts first among the "
+        "owner's queued jobs of its kind and concurrency key.",
+        examples=[DEFAULT_PRIORITY],
+    )
     next_attempt_at: datetime | None = Field(description="Set while queued for a retry.")
     last_error: ErrorPublic | None = Field(
         description="The error that caused the pending retry (queued with reason `retry`) "
@@ -336,8 +406,10 @@ class JobPublic(BaseModel):
     )
     waiting_for: WaitingForPublic | None = Field(
         description="Set on a queued job that something holds (no live worker serves its "
-        "kind@version); null otherwise. Read from the API's view of the live workers, "
-        "at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        "kind@version, its concurrency key is at its limit, the queue is behind: fair "
+        "share or backlog); null otherwise. Read from the API's view of the live "
+        "workers and the claim's lanes and keys, at most "
+        "ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

@@ -484,6 +484,10 @@ UPDATE job_stages
    AND EXISTS (SELECT 1 FROM recorded)
 """)
 
+# prune_lanes: claim lanes with no queued job left, removed for the sweeper (at most
+# :limit) by atlas_prune_lanes -- under each owner's lanes lock, re-checked after it.
+PRUNE_LANES = text("SELECT atlas_prune_lanes(CAST(:limit AS integer))")
+
 # expired_results: published results whose retention passed, for the sweeper.
 EXPIRED_RESULTS = text(f"""
 SELECT id, owner

@@ -39,6 +39,9 @@ class ScheduleSpec:
     notify: uuid.UUID | None = None
     """A webhook endpoint of the owner that every created job notifies."""
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    priority: int | None = None
+    concurrency_key: str | None = None
+    """The key each job names (where its kind takes one), as the create body's."""
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -88,6 +91,8 @@ async def insert(
             kind_version=spec.kind_version,
             input=dict(spec.input),
             notify_webhook_id=spec.notify,
+            priority=spec.priority,
+            concurrency_key=spec.concurrency_key,
             overlap=spec.overlap.value,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,

@@ -34,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from atlas_jobs._app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
+from atlas_jobs._app.fairness import DEFAULT_PRIORITY, MAX_SHARE
 from atlas_jobs._app.lifecycle import (
     ALL_ATTEMPT_OUTCOMES,
     ALL_STATES,
@@ -41,7 +42,6 @@ from atlas_jobs._app.lifecycle import (
     DeliveryState,
     JobState,
 )
-from atlas_jobs._app.fairness import DEFAULT_PRIORITY, MAX_SHARE
 from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
 from atlas_jobs._app.webhooks import WEBHOOK_EVENTS, DeliveryAttemptState
 
@@ -177,6 +177,9 @@ JOB_STATUS_COLUMNS = tuple(
         "delivery_state",
         "delivery_expires_at",
         "replay_of",
+        "owner",
+        "priority",
+        "concurrency_key",
     )
 )
 
@@ -409,7 +412,8 @@ concurrency_keys = Table(
     Column("updated_at", TZ),
     PrimaryKeyConstraint("key"),
     CheckConstraint(
-        "(declared_limit IS NULL OR declared_limit >= 1) AND (max_running IS NULL OR max_running >= 0)",
+        "(declared_limit IS NULL OR declared_limit >= 1)"
+        " AND (max_running IS NULL OR max_running >= 0)",
         name="limits_valid",
     ),
     CheckConstraint(
@@ -447,7 +451,12 @@ scheduling_changes = Table(
     PrimaryKeyConstraint("seq"),
     CheckConstraint("setting IN ('owner_share', 'concurrency_key')", name="setting_known"),
 )
-Index("ix_scheduling_changes_setting_subject", scheduling_changes.c.setting, scheduling_changes.c.subject, scheduling_changes.c.seq)
+Index(
+    "ix_scheduling_changes_setting_subject",
+    scheduling_changes.c.setting,
+    scheduling_changes.c.subject,
+    scheduling_changes.c.seq,
+)
 
 api_keys = Table(
     "api_keys",
@@ -555,6 +564,10 @@ schedules = Table(
     Column("kind_version", Integer, nullable=False),
     Column("input", JSONB, nullable=False),
     Column("notify_webhook_id", UUID(as_uuid=True), ForeignKey("webhooks.id", ondelete="SET NULL")),
+    # The created jobs' priority (NULL: the default) and the concurrency key they name
+    # (NULL: none; where their kind takes one).
+    Column("priority", SmallInteger),
+    Column("concurrency_key", Text),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),

@@ -64,7 +64,7 @@ class KindSpec:
     timeout_seconds: float | None = None
     stages: tuple[Stage, ...] = ()
     concurrency_key: str | None = None
-    """The concurrency key its jobs share (``None``: no limit), see :mod:`atlas_jobs._app.fairness`."""
+    """The concurrency key its jobs share (``None``: no limit; :mod:`atlas_jobs._app.fairness`)."""
     concurrency_limit: int | None = None
     concurrency_per_job: bool = False
     """Whether a job may name its own key (stored under ``concurrency_key``)."""

@@ -22,7 +22,7 @@ from atlas_jobs._app.api.errors import (
     ScheduleNotFoundError,
     TooManySchedulesError,
 )
-from atlas_jobs._app.api.jobcreation import validated_input
+from atlas_jobs._app.api.jobcreation import concurrency_of, validated_input
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -84,6 +84,8 @@ def _public(row: Any) -> SchedulePublic:
             kind_version=row.kind_version,
             input=row.input,
             notify=row.notify_webhook_id,
+            priority=row.priority,
+            concurrency_key=row.concurrency_key,
         ),
         enabled=row.enabled,
         misfire_policy=MisfirePolicy(row.misfire_policy),
@@ -119,6 +121,7 @@ def _cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cro
 
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     spec, normalized = validated_input(body, ("body", "job"))
+    concurrency_of(spec, body.concurrency_key, ("body", "job"))  # a 422 for a key it takes none of
     return spec.name, spec.version, normalized
 
 
@@ -209,6 +212,8 @@ async def create_schedule(
         kind_version=kind_version,
         input=job_input,
         notify=body.job.notify,
+        priority=body.job.priority,
+        concurrency_key=body.job.concurrency_key,
         enabled=body.enabled,
         misfire_policy=body.misfire_policy,
         misfire_grace_seconds=body.misfire_grace_seconds,
@@ -311,6 +316,8 @@ async def change_schedule(
     if body.job is not None:
         changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
         changes["notify_webhook_id"] = body.job.notify
+        changes["priority"] = body.job.priority
+        changes["concurrency_key"] = body.job.concurrency_key
     owner = visible_owner(principal)
     async with state.engine.begin() as conn:
         if body.job is not None and body.job.notify is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, StrictInt, model_validator
+from pydantic import BaseModel, Field, StrictInt
 
 from atlas_jobs._app.api.schemas import StrictModel
 from atlas_jobs._app.fairness import MAX_KEY_LIMIT, MAX_PERIOD_SECONDS, MAX_RATE, MAX_SHARE
@@ -32,6 +32,13 @@ class OwnerSharePublic(BaseModel):
     updated_at: datetime
 
 
+class RateSet(StrictModel):
+    """A start rate: at most `starts` jobs of the key start per `per_seconds`."""
+
+    starts: StrictInt = Field(ge=1, le=MAX_RATE, description="Starts allowed per period.")
+    per_seconds: float = Field(gt=0, le=MAX_PERIOD_SECONDS, description="The period, in seconds.")
+
+
 class KeySet(StrictModel):
     """`PUT /v1/scheduling/keys/{key}`: an operator's limit and start rate for a
     concurrency key; null restores the kind's declared limit / no rate."""
@@ -42,19 +49,8 @@ class KeySet(StrictModel):
         le=MAX_KEY_LIMIT,
         description="At most this many jobs of the key run at once (0 holds them all).",
     )
-    rate: StrictInt | None = Field(
-        default=None, ge=1, le=MAX_RATE, description="At most this many starts per `per_seconds`."
-    )
-    per_seconds: float | None = Field(
-        default=None, gt=0, le=MAX_PERIOD_SECONDS, description="The rate's period, in seconds."
-    )
+    rate: RateSet | None = Field(default=None, description="A start rate (null: none).")
     note: str | None = NOTE
-
-    @model_validator(mode="after")
-    def _rate_with_period(self) -> KeySet:
-        if (self.rate is None) != (self.per_seconds is None):
-            raise ValueError("rate and per_seconds go together")
-        return self
 
 
 class KeyPublic(BaseModel):

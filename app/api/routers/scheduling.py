@@ -103,7 +103,11 @@ async def set_key(
         row = await scheduling_settings.set_key(
             conn,
             key,
-            scheduling_settings.KeySetting(body.max_running, body.rate, body.per_seconds),
+            scheduling_settings.KeySetting(
+                body.max_running,
+                None if body.rate is None else body.rate.starts,
+                None if body.rate is None else body.rate.per_seconds,
+            ),
             actor=str(Actor("operator", principal.owner)),
             note=body.note,
         )

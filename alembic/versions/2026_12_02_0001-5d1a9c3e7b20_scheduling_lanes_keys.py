@@ -95,7 +95,7 @@ BEGIN
        FROM (SELECT DISTINCT owner FROM new_rows WHERE state = 'queued' ORDER BY 1) AS o;
     INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
     SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
-           COALESCE((SELECT min(l.served) FROM claim_lanes AS l), 0)
+           COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
       FROM new_rows AS n
      WHERE n.state = 'queued'
     ON CONFLICT DO NOTHING;
@@ -200,7 +200,7 @@ BEGIN
                   ORDER BY 1) AS q;
         INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
         SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
-               COALESCE((SELECT min(l.served) FROM claim_lanes AS l), 0)
+               COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
           FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
          WHERE n.state = 'queued' AND o.state <> 'queued'
         ON CONFLICT DO NOTHING;

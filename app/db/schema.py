@@ -367,7 +367,8 @@ owner_backlog = Table(
 
 # Fair share (atlas_jobs._app.fairness). ``claim_lanes``: one row per lane -- an owner's queued
 # jobs of one kind@version and concurrency key -- added by the jobs triggers when a job of
-# a new lane is queued, removed by the sweeper once the lane is empty
+# a new lane is queued (one turn ahead of the least-served lane), removed by the sweeper
+# once the lane is empty
 # (atlas_prune_lanes). ``served`` is the lane's virtual time: each claim takes lanes
 # least-served first and advances each lane it visited by the jobs it took over the
 # owner's share. Updated by every claim, so its pages keep room for HOT-less churn and

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    StrictInt,
     create_model,
     field_validator,
     model_serializer,
@@ -56,7 +57,7 @@ class JobCreateBase(StrictModel):
             "result expires."
         ),
     )
-    priority: int | None = Field(
+    priority: StrictInt | None = Field(
         default=None,
         ge=MIN_PRIORITY,
         le=MAX_PRIORITY,

@@ -1,7 +1,7 @@
 """Operators' scheduling settings: per-owner shares and per-key limits and start rates.
 
 Each change is ONE statement that writes the setting and its ``scheduling_changes`` row
-(who, when, before and after) together. The claim reads ``owner_shares`` and
+(who, when, before and after) together, after the setting's row lock. The claim reads ``owner_shares`` and
 ``concurrency_keys`` on every execution, so a change holds from the next claim on: no
 restart, no cache.
 """
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 # before (NULL: the default).
 _SET_SHARE = text("""
 WITH before AS (
-    SELECT share FROM owner_shares WHERE owner = CAST(:owner AS text) FOR UPDATE
+    SELECT share FROM owner_shares WHERE owner = CAST(:owner AS text)
 ), written AS (
     INSERT INTO owner_shares (owner, share, updated_by, updated_at)
     VALUES (CAST(:owner AS text), CAST(:share AS integer), CAST(:actor AS text), now())
@@ -44,7 +44,7 @@ _KEY_COLUMNS = (
 _SET_KEY = text(f"""
 WITH before AS (
     SELECT max_running, rate, period_seconds
-      FROM concurrency_keys WHERE key = CAST(:key AS text) FOR UPDATE
+      FROM concurrency_keys WHERE key = CAST(:key AS text)
 ), written AS (
     INSERT INTO concurrency_keys (key, max_running, rate, period_seconds, tokens, refilled_at,
                                   updated_by, updated_at)
@@ -74,6 +74,13 @@ WITH before AS (
 SELECT * FROM written
 """)
 
+# The row's lock before its change, in a statement of its own: the change's statement then
+# starts with a snapshot in which a concurrent change is committed, so its ``before`` is
+# the value it replaced (a locking read inside the changing statement would not see the
+# row it is about to write).
+_LOCK_SHARE = text("SELECT 1 FROM owner_shares WHERE owner = CAST(:owner AS text) FOR UPDATE")
+_LOCK_KEY = text("SELECT 1 FROM concurrency_keys WHERE key = CAST(:key AS text) FOR UPDATE")
+
 _SHARES = text("""
 SELECT owner, share, updated_by, updated_at FROM owner_shares ORDER BY owner LIMIT :limit
 """)
@@ -97,6 +104,7 @@ class KeySetting:
 async def set_share(
     conn: AsyncConnection, owner: str, share: int, *, actor: str, note: str | None
 ) -> Row[Any]:
+    await conn.execute(_LOCK_SHARE, {"owner": owner})
     return (
         await conn.execute(
             _SET_SHARE, {"owner": owner, "share": share, "actor": actor, "note": note}
@@ -107,6 +115,7 @@ async def set_share(
 async def set_key(
     conn: AsyncConnection, key: str, setting: KeySetting, *, actor: str, note: str | None
 ) -> Row[Any]:
+    await conn.execute(_LOCK_KEY, {"key": key})
     return (
         await conn.execute(
             _SET_KEY,

@@ -17,6 +17,7 @@ import typer
 from atlas_jobs._app.cli.client import client_app, register_client_verbs
 from atlas_jobs._app.cli.keys import keys_app
 from atlas_jobs._app.cli.schedules import schedules_app
+from atlas_jobs._app.cli.scheduling import scheduling_app
 from atlas_jobs._app.cli.webhooks import webhooks_app
 from atlas_jobs._app.settings import DEFAULT_HOST, DEFAULT_PORT, Settings, bind_url, get_settings
 
@@ -30,6 +31,7 @@ db_app = typer.Typer(help="The database in use (embedded unless DATABASE_URL is 
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(scheduling_app, name="scheduling")
 app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)

@@ -1,9 +1,9 @@
 """Operators' scheduling settings: per-owner shares and per-key limits and start rates.
 
 Each change is ONE statement that writes the setting and its ``scheduling_changes`` row
-(who, when, before and after) together, after the setting's row lock. The claim reads ``owner_shares`` and
-``concurrency_keys`` on every execution, so a change holds from the next claim on: no
-restart, no cache.
+(who, when, before and after) together, after the setting's row lock. The claim reads
+``owner_shares`` and ``concurrency_keys`` on every execution, so a change holds from the
+next claim on: no restart, no cache.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from atlas_jobs._app.db.schema import api_keys, ui_sessions
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
 API_PROCESS_CHANNEL = "atlas_job_changed"
-"""The channel every API process listens on (``atlas_jobs._app.api.notifier``)."""
+"""The channel every API process listens on (``atlas_jobs._app.services.notifier``)."""
 KEYS_REVOKED_NOTICE = "api-keys-revoked"
 """Sent there when a key is revoked: API processes then forget the keys they cached."""
 """How much of a key is kept in clear (``prefix`` column) to tell keys apart in listings."""

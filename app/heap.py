@@ -3,10 +3,8 @@
 A service process allocates a large, permanent heap before its first request or job: the
 modules (SQLAlchemy, pydantic, asyncpg, FastAPI, the handlers), the engines and their
 caches, the settings. None of it ever becomes garbage, yet every full (generation 2)
-collection walks all of it. In a worker, a drain of 20,000 no-op jobs ran four to six of
-them at ~75 ms each, about a fifth of the process's CPU time; in a process creating jobs
-in bulk (``create_many``, 1,000 per statement: ~7,000 new container objects per call,
-the rows among them) the collector was a fifth to a quarter of the client's CPU per job.
+collection walks all of it, in a worker's drain and in a process creating jobs in bulk
+alike (what that cost: docs/performance.md, "Figures behind the code").
 :func:`gc.freeze` moves everything alive at that moment into the collector's permanent
 generation, so the full passes only walk what the requests and jobs allocate.
 

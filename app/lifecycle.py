@@ -258,6 +258,21 @@ class TransitionName(StrEnum):
     RECORD_OPERATION = "record_operation"
 
 
+class ActorKind(StrEnum):
+    """Who makes a move (the first part of a history row's ``actor``, ``client:alice``)."""
+
+    CLIENT = "client"
+    """The job's owner, through the API."""
+    OPERATOR = "operator"
+    """Someone with the operator role: decisions about any owner's jobs."""
+    REVIEWER = "reviewer"
+    """Someone with the reviewer role: review decisions."""
+    WORKER = "worker"
+    """A worker process, for the attempt it holds."""
+    SYSTEM = "system"
+    """The service's own maintenance (reaper, sweeper, scheduler)."""
+
+
 class Guard(StrEnum):
     """A precondition beyond the source state, checked in the same compare-and-set."""
 
@@ -307,6 +322,19 @@ class Effect(StrEnum):
     """``plan_revision`` increments; ``current_stage = stage``."""
     EXTEND_LEASE = "extend_lease"
     """The lease runs until ``now + lease`` (job and attempt rows)."""
+    OPEN_ATTEMPT = "open_attempt"
+    """A new attempt: its id (the fencing token), its number, charged against the
+    budget, held by the claiming worker (``:worker_id``), and its ``attempts`` row."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """Where a transition hands a step over (:attr:`Transition.hands_over`): the
+    transition that makes it instead, and the history note it gets when the caller gave
+    none."""
+
+    transition: TransitionName
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +355,9 @@ class Transition:
       a history row; ``skip_locked`` -- a batch passes over rows another transaction
       holds instead of waiting (heartbeats never queue behind a publication);
     * ``actors`` -- who may make it: workers their fenced moves, the system its
-      maintenance, operators their decisions, reviewers (and operators) reviews.
+      maintenance, operators their decisions, reviewers (and operators) reviews;
+    * ``settled`` -- states that mean the move already took effect (a repeat);
+    * ``hands_over`` -- states in which the step is made as another transition.
 
     Every move also gets, from its source and target alone: ``finished_at`` on entering
     a terminal state, the lease cleared on leaving ``running``/``cancel_requested``, the
@@ -350,9 +380,17 @@ class Transition:
     visible: bool = True
     records: bool = True
     skip_locked: bool = False
-    actors: frozenset[str] = frozenset()
+    actors: frozenset[ActorKind] = frozenset()
     """Which kinds of actor may make the move (empty: any). Roles are checked at the
     edge (403); this is the lifecycle's own statement of who moves a job where."""
+    settled: frozenset[JobState] = frozenset()
+    """States in which the move has already taken effect: a repeat that finds the job
+    there is refused like any other, and answered like the move itself."""
+    hands_over: MappingProxyType[JobState, HandOver] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """A step that finds its job in one of these states is made as another declared
+    transition instead, when that one's actors include the caller (one executor call)."""
 
     @property
     def sources(self) -> frozenset[JobState]:
@@ -373,6 +411,10 @@ class Transition:
                 raise ValueError(f"{self.name}: reason {chosen} does not go with {target}")
             return chosen
         return self.reasons.get(target) or DEFAULT_REASONS[target]
+
+    def took_effect(self, current: JobState | None) -> bool:
+        """Whether a job in ``current`` shows this move already made (``settled``)."""
+        return current in self.settled
 
     def delivery_allows(self, current: DeliveryState, wanted: DeliveryState) -> bool:
         """Whether this move may take delivery from ``current`` to ``wanted``."""
@@ -413,28 +455,14 @@ DEFAULT_REASONS: Final = MappingProxyType(
 )
 """The reason a state gets when neither the transition nor its caller names one."""
 
-_Q, _R, _W, _U = JobState.QUEUED, JobState.RUNNING, JobState.WAITING, JobState.UNRESOLVED
-_CR, _S, _F, _C = (
-    JobState.CANCEL_REQUESTED,
-    JobState.SUCCEEDED,
-    JobState.FAILED,
-    JobState.CANCELED,
-)
-_N = TransitionName
-_O = AttemptOutcome
-_E = Effect
-_BOOKKEEPING: dict[JobState | None, JobState] = {_R: _R, _CR: _CR}
-_WORKER, _SYSTEM, _OPERATOR, _REVIEWER, _CLIENT = (
-    "worker",
-    "system",
-    "operator",
-    "reviewer",
-    "client",
-)
+LEASE_HOLDER_KEEPS_STATE: Final[dict[JobState | None, JobState]] = {
+    JobState.RUNNING: JobState.RUNNING,
+    JobState.CANCEL_REQUESTED: JobState.CANCEL_REQUESTED,
+}
 """The lease holder's writes that keep the state (docs/protocol.md §2.3: running -> running)."""
 
 
-def _t(
+def _declare(
     name: TransitionName,
     moves: dict[JobState | None, JobState],
     doc: str,
@@ -442,11 +470,14 @@ def _t(
     reasons: dict[JobState, Reason] | None = None,
     effects: tuple[Effect, ...] = (),
     delivery: tuple[DeliveryState, ...] = (),
-    actors: tuple[str, ...] = (),
+    actors: tuple[ActorKind, ...] = (),
+    settled: tuple[JobState, ...] = (),
+    hands_over: dict[JobState, HandOver] | None = None,
     **flags: Any,
 ) -> Transition:
+    """One entry of the table; a fenced move is made by a worker unless it names others."""
     if flags.get("fenced"):
-        actors = actors or (_WORKER,)
+        actors = actors or (ActorKind.WORKER,)
     return Transition(
         name,
         MappingProxyType(moves),
@@ -455,6 +486,8 @@ def _t(
         effects=frozenset(effects),
         delivery=frozenset(delivery),
         actors=frozenset(actors),
+        settled=frozenset(settled),
+        hands_over=MappingProxyType(hands_over or {}),
         **flags,
     )
 
@@ -463,229 +496,244 @@ TRANSITIONS: Final = MappingProxyType(
     {
         t.name: t
         for t in (
-            _t(
-                _N.CREATE,
-                {None: _Q},
+            _declare(
+                TransitionName.CREATE,
+                {None: JobState.QUEUED},
                 "POST /v1/jobs accepted and committed.",
-                actors=(_CLIENT, _OPERATOR, _SYSTEM),
+                actors=(ActorKind.CLIENT, ActorKind.OPERATOR, ActorKind.SYSTEM),
             ),
-            _t(
-                _N.CLAIM,
-                {_Q: _R},
+            _declare(
+                TransitionName.CLAIM,
+                {JobState.QUEUED: JobState.RUNNING},
                 "A worker claims the job and opens a new attempt.",
-                effects=(_E.EXTEND_LEASE,),
-                actors=(_WORKER,),
+                effects=(Effect.OPEN_ATTEMPT, Effect.EXTEND_LEASE),
+                actors=(ActorKind.WORKER,),
             ),
-            _t(
-                _N.HEARTBEAT,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.HEARTBEAT,
+                LEASE_HOLDER_KEEPS_STATE,
                 "The lease holder extends its lease.",
                 fenced=True,
-                effects=(_E.EXTEND_LEASE,),
+                effects=(Effect.EXTEND_LEASE,),
                 visible=False,
                 records=False,
                 skip_locked=True,
             ),
-            _t(
-                _N.DECLARE_PLAN,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.DECLARE_PLAN,
+                LEASE_HOLDER_KEEPS_STATE,
                 "The job's stages are declared (plan revision 1), once per job.",
                 fenced=True,
-                effects=(_E.PLAN_DECLARED,),
+                effects=(Effect.PLAN_DECLARED,),
                 records=False,
             ),
-            _t(
-                _N.RECORD_PROGRESS,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.RECORD_PROGRESS,
+                LEASE_HOLDER_KEEPS_STATE,
                 "A stage is entered or a unit of it is done.",
                 fenced=True,
-                effects=(_E.STAGE,),
+                effects=(Effect.STAGE,),
                 records=False,
             ),
-            _t(
-                _N.EXPAND_PLAN,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.EXPAND_PLAN,
+                LEASE_HOLDER_KEEPS_STATE,
                 "A stage found more units: total grows, plan_revision increments.",
                 fenced=True,
-                effects=(_E.PLAN_REVISED,),
+                effects=(Effect.PLAN_REVISED,),
             ),
-            _t(
-                _N.STAGE_OUTPUT,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.STAGE_OUTPUT,
+                LEASE_HOLDER_KEEPS_STATE,
                 "Private outputs changed (never published by this move).",
                 fenced=True,
                 delivery=(DeliveryState.PARTIAL_PRIVATE, DeliveryState.STAGED_PRIVATE),
                 delivery_may_stay=True,
                 records=False,
             ),
-            _t(
-                _N.RETRY_LATER,
-                {_R: _Q},
+            _declare(
+                TransitionName.RETRY_LATER,
+                {JobState.RUNNING: JobState.QUEUED},
                 "Recoverable error with budget left.",
-                reasons={_Q: Reason.RETRY},
+                reasons={JobState.QUEUED: Reason.RETRY},
                 fenced=True,
-                ends_attempt=_O.RETRY,
-                effects=(_E.AVAILABLE_AFTER, _E.LAST_ERROR),
+                ends_attempt=AttemptOutcome.RETRY,
+                effects=(Effect.AVAILABLE_AFTER, Effect.LAST_ERROR),
             ),
-            _t(
-                _N.RELEASE,
-                {_R: _Q},
+            _declare(
+                TransitionName.RELEASE,
+                {JobState.RUNNING: JobState.QUEUED},
                 "Graceful shutdown hands the job back; the attempt is not charged.",
-                reasons={_Q: Reason.RETRY},
+                reasons={JobState.QUEUED: Reason.RETRY},
                 fenced=True,
-                ends_attempt=_O.RELEASED,
-                effects=(_E.AVAILABLE_NOW, _E.UNCHARGE),
+                ends_attempt=AttemptOutcome.RELEASED,
+                effects=(Effect.AVAILABLE_NOW, Effect.UNCHARGE),
             ),
-            _t(
-                _N.GIVE_UP,
-                {_R: _U},
+            _declare(
+                TransitionName.GIVE_UP,
+                {JobState.RUNNING: JobState.UNRESOLVED},
                 "Recoverable error with budget spent.",
                 fenced=True,
-                ends_attempt=_O.UNRESOLVED,
-                effects=(_E.LAST_ERROR,),
+                ends_attempt=AttemptOutcome.UNRESOLVED,
+                effects=(Effect.LAST_ERROR,),
             ),
-            _t(
-                _N.WAIT,
-                {_R: _W},
+            _declare(
+                TransitionName.WAIT,
+                {JobState.RUNNING: JobState.WAITING},
                 "The job reaches a review gate or external wait; the attempt is not charged.",
                 fenced=True,
-                ends_attempt=_O.WAITING,
-                effects=(_E.WAIT_DEADLINE, _E.UNCHARGE),
+                ends_attempt=AttemptOutcome.WAITING,
+                effects=(Effect.WAIT_DEADLINE, Effect.UNCHARGE),
             ),
-            _t(
-                _N.REQUEST_CANCEL,
-                {_Q: _C, _W: _C, _R: _CR},
+            _declare(
+                TransitionName.REQUEST_CANCEL,
+                {
+                    JobState.QUEUED: JobState.CANCELED,
+                    JobState.WAITING: JobState.CANCELED,
+                    JobState.RUNNING: JobState.CANCEL_REQUESTED,
+                },
                 "Owner or operator asks to cancel.",
-                effects=(_E.CANCEL_MARK,),
-                actors=(_CLIENT, _OPERATOR),
+                effects=(Effect.CANCEL_MARK,),
+                actors=(ActorKind.CLIENT, ActorKind.OPERATOR),
+                # A repeat after the cancel took effect is answered like the first.
+                settled=(JobState.CANCEL_REQUESTED, JobState.CANCELED),
+                # Unresolved work is canceled by an operator's decision.
+                hands_over={
+                    JobState.UNRESOLVED: HandOver(
+                        TransitionName.OPERATOR_CANCEL, note="canceled by an operator"
+                    )
+                },
             ),
-            _t(
-                _N.STOP_CANCELED,
-                {_CR: _C},
+            _declare(
+                TransitionName.STOP_CANCELED,
+                {JobState.CANCEL_REQUESTED: JobState.CANCELED},
                 "The worker stopped at a safe point.",
                 fenced=True,
-                ends_attempt=_O.CANCELED,
+                ends_attempt=AttemptOutcome.CANCELED,
             ),
-            _t(
-                _N.PUBLISH,
-                {_R: _S, _CR: _S},
+            _declare(
+                TransitionName.PUBLISH,
+                {
+                    JobState.RUNNING: JobState.SUCCEEDED,
+                    JobState.CANCEL_REQUESTED: JobState.SUCCEEDED,
+                },
                 "The publication transaction commits.",
                 fenced=True,
-                ends_attempt=_O.SUCCEEDED,
+                ends_attempt=AttemptOutcome.SUCCEEDED,
                 delivery=(DeliveryState.AVAILABLE,),
-                effects=(_E.RESULT,),
+                effects=(Effect.RESULT,),
             ),
-            _t(
-                _N.FAIL,
-                {_R: _F, _CR: _F},
+            _declare(
+                TransitionName.FAIL,
+                {JobState.RUNNING: JobState.FAILED, JobState.CANCEL_REQUESTED: JobState.FAILED},
                 "A permanent error in the worker.",
                 fenced=True,
-                ends_attempt=_O.FAILED,
-                effects=(_E.ERROR,),
+                ends_attempt=AttemptOutcome.FAILED,
+                effects=(Effect.ERROR,),
             ),
-            _t(
-                _N.EXPIRE_RESULT,
-                {_S: _S},
+            _declare(
+                TransitionName.EXPIRE_RESULT,
+                {JobState.SUCCEEDED: JobState.SUCCEEDED},
                 "Retention passed; delivery becomes expired.",
                 delivery=(DeliveryState.EXPIRED,),
-                actors=(_SYSTEM,),
+                actors=(ActorKind.SYSTEM,),
             ),
-            _t(
-                _N.RESCUE,
-                {_R: _Q, _CR: _C},
+            _declare(
+                TransitionName.RESCUE,
+                {JobState.RUNNING: JobState.QUEUED, JobState.CANCEL_REQUESTED: JobState.CANCELED},
                 "The lease expired; the reaper takes the job back.",
-                reasons={_Q: Reason.RETRY},
+                reasons={JobState.QUEUED: Reason.RETRY},
                 guard=Guard.LEASE_EXPIRED,
-                ends_attempt=_O.LOST,
-                effects=(_E.AVAILABLE_AFTER, _E.LAST_ERROR),
-                actors=(_SYSTEM,),
+                ends_attempt=AttemptOutcome.LOST,
+                effects=(Effect.AVAILABLE_AFTER, Effect.LAST_ERROR),
+                actors=(ActorKind.SYSTEM,),
             ),
-            _t(
-                _N.RESCUE_EXHAUSTED,
-                {_R: _U},
+            _declare(
+                TransitionName.RESCUE_EXHAUSTED,
+                {JobState.RUNNING: JobState.UNRESOLVED},
                 "The lease expired and the budget is spent.",
-                reasons={_U: Reason.LEASE_LOST},
+                reasons={JobState.UNRESOLVED: Reason.LEASE_LOST},
                 guard=Guard.LEASE_EXPIRED,
-                ends_attempt=_O.LOST,
-                effects=(_E.LAST_ERROR,),
-                actors=(_SYSTEM,),
+                ends_attempt=AttemptOutcome.LOST,
+                effects=(Effect.LAST_ERROR,),
+                actors=(ActorKind.SYSTEM,),
             ),
-            _t(
-                _N.APPROVE,
-                {_W: _Q},
+            _declare(
+                TransitionName.APPROVE,
+                {JobState.WAITING: JobState.QUEUED},
                 "A reviewer approved the job.",
-                reasons={_Q: Reason.REVIEW_APPROVED},
+                reasons={JobState.QUEUED: Reason.REVIEW_APPROVED},
                 guard=Guard.AWAITING_REVIEW,
-                effects=(_E.AVAILABLE_NOW,),
-                actors=(_REVIEWER, _OPERATOR),
+                effects=(Effect.AVAILABLE_NOW,),
+                actors=(ActorKind.REVIEWER, ActorKind.OPERATOR),
             ),
-            _t(
-                _N.RECEIVE_EVENT,
-                {_W: _Q},
+            _declare(
+                TransitionName.RECEIVE_EVENT,
+                {JobState.WAITING: JobState.QUEUED},
                 "The awaited external event arrived.",
-                reasons={_Q: Reason.EVENT_RECEIVED},
+                reasons={JobState.QUEUED: Reason.EVENT_RECEIVED},
                 guard=Guard.AWAITING_EVENT,
-                effects=(_E.AVAILABLE_NOW,),
-                actors=(_SYSTEM, _CLIENT, _OPERATOR),
+                effects=(Effect.AVAILABLE_NOW,),
+                actors=(ActorKind.SYSTEM, ActorKind.CLIENT, ActorKind.OPERATOR),
             ),
-            _t(
-                _N.REJECT,
-                {_W: _F},
+            _declare(
+                TransitionName.REJECT,
+                {JobState.WAITING: JobState.FAILED},
                 "A reviewer rejected the job.",
-                reasons={_F: Reason.REVIEW_REJECTED},
+                reasons={JobState.FAILED: Reason.REVIEW_REJECTED},
                 guard=Guard.AWAITING_REVIEW,
-                effects=(_E.ERROR,),
-                actors=(_REVIEWER, _OPERATOR),
+                effects=(Effect.ERROR,),
+                actors=(ActorKind.REVIEWER, ActorKind.OPERATOR),
             ),
-            _t(
-                _N.DEADLINE_FAIL,
-                {_W: _F},
+            _declare(
+                TransitionName.DEADLINE_FAIL,
+                {JobState.WAITING: JobState.FAILED},
                 "The wait deadline passed; the rule says fail.",
-                reasons={_F: Reason.DEADLINE_PASSED},
+                reasons={JobState.FAILED: Reason.DEADLINE_PASSED},
                 guard=Guard.DEADLINE_RULE_FAIL,
-                effects=(_E.ERROR,),
-                actors=(_SYSTEM,),
+                effects=(Effect.ERROR,),
+                actors=(ActorKind.SYSTEM,),
             ),
-            _t(
-                _N.DEADLINE_ESCALATE,
-                {_W: _U},
+            _declare(
+                TransitionName.DEADLINE_ESCALATE,
+                {JobState.WAITING: JobState.UNRESOLVED},
                 "The wait deadline passed; the rule says escalate.",
-                reasons={_U: Reason.DEADLINE_ESCALATED},
+                reasons={JobState.UNRESOLVED: Reason.DEADLINE_ESCALATED},
                 guard=Guard.DEADLINE_RULE_ESCALATE,
-                effects=(_E.LAST_ERROR,),
-                actors=(_SYSTEM,),
+                effects=(Effect.LAST_ERROR,),
+                actors=(ActorKind.SYSTEM,),
             ),
-            _t(
-                _N.RESUME,
-                {_U: _Q},
+            _declare(
+                TransitionName.RESUME,
+                {JobState.UNRESOLVED: JobState.QUEUED},
                 "An operator resumes with a new attempt budget.",
-                reasons={_Q: Reason.RESUMED},
-                effects=(_E.AVAILABLE_NOW, _E.NEW_BUDGET),
-                actors=(_OPERATOR,),
+                reasons={JobState.QUEUED: Reason.RESUMED},
+                effects=(Effect.AVAILABLE_NOW, Effect.NEW_BUDGET),
+                actors=(ActorKind.OPERATOR,),
             ),
-            _t(
-                _N.OPERATOR_CANCEL,
-                {_U: _C},
+            _declare(
+                TransitionName.OPERATOR_CANCEL,
+                {JobState.UNRESOLVED: JobState.CANCELED},
                 "An operator cancels unresolved work.",
-                actors=(_OPERATOR,),
+                actors=(ActorKind.OPERATOR,),
             ),
-            _t(
-                _N.OPERATOR_FAIL,
-                {_U: _F},
+            _declare(
+                TransitionName.OPERATOR_FAIL,
+                {JobState.UNRESOLVED: JobState.FAILED},
                 "An operator fails unresolved work.",
-                reasons={_F: Reason.OPERATOR},
-                effects=(_E.ERROR,),
-                actors=(_OPERATOR,),
+                reasons={JobState.FAILED: Reason.OPERATOR},
+                effects=(Effect.ERROR,),
+                actors=(ActorKind.OPERATOR,),
             ),
-            _t(
-                _N.REPLAY,
-                {None: _Q},
+            _declare(
+                TransitionName.REPLAY,
+                {None: JobState.QUEUED},
                 "An operator re-runs a terminal job as a new job.",
-                actors=(_OPERATOR,),
+                actors=(ActorKind.OPERATOR,),
             ),
-            _t(
-                _N.RECORD_OPERATION,
-                _BOOKKEEPING,
+            _declare(
+                TransitionName.RECORD_OPERATION,
+                LEASE_HOLDER_KEEPS_STATE,
                 "An external operation was attempted, confirmed, found uncertain, "
                 "reconciled or adopted (its entry: operation id, outcome, HTTP status).",
                 fenced=True,

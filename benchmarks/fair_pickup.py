@@ -5,8 +5,8 @@ batches of ``BENCH_FAIR_LIMIT`` (16) through the real claim statement, as fast a
 can, the way a busy worker pool does. ``BENCH_FAIR_SAMPLES`` (50) times, a job of owner
 ``small`` is created and the time until a claim returns it is recorded (its pickup).
 Twice: with an empty queue, and with ``BENCH_FAIR_BACKLOG`` (100,000) queued jobs of
-owner ``big`` (the run claims a few thousand of them: no top-up needed). Ratio: p99 behind the backlog / p99 on
-the empty queue. Prints one JSON line.
+owner ``big`` (the run claims a few thousand of them: no top-up needed). Ratio: p99
+behind the backlog / p99 on the empty queue. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from atlas_jobs._app.db.engine import (
     single_statements,
 )
 from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from benchmarks.loadgen import percentile
@@ -83,7 +84,7 @@ async def pickups(url: str, backlog: int, samples: int, limit: int) -> list[floa
         for _ in range(samples):
             async with producer.begin() as conn:
                 [created] = await transitions.create_many(
-                    conn, [job("small")], actor=Actor("client", "small")
+                    conn, [job("small")], actor=Actor(ActorKind.CLIENT, "small")
                 )
             t0 = time.perf_counter()
             while created.job.id not in found:

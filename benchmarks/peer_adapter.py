@@ -72,6 +72,7 @@ from atlas_jobs._app.heap import freeze_startup_heap
 from atlas_jobs._app.kinds import KINDS, handler_key
 from atlas_jobs._app.kinds.registry import KINDS_VARIABLE
 from atlas_jobs._app.kinds.registry import load as load_kinds
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.logs import configure_logging
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
@@ -86,7 +87,7 @@ KINDS_MODULE = "benchmarks.bench_kinds"
 KIND = "bench.noop"
 NOOP_KEY = handler_key(KIND, 1)
 OWNER = "bench"
-PRODUCER = Actor("client", OWNER)
+PRODUCER = Actor(ActorKind.CLIENT, OWNER)
 
 OnJob = Callable[[Mapping[str, Any]], None]
 

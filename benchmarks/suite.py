@@ -110,6 +110,7 @@ from atlas_jobs._app.db.engine import (
     single_statements,
 )
 from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from atlas_jobs._workers.handlers import registry
@@ -617,7 +618,7 @@ async def explain_claim(
     and its buffers go at this queue size."""
     params = {
         "worker_id": "bench",
-        "actor": str(Actor("worker", "bench")),
+        "actor": str(Actor(ActorKind.WORKER, "bench")),
         "handlers": handlers,
         "limit": limit,
         "lease_seconds": transitions.lease_seconds,
@@ -728,7 +729,7 @@ class Churner:
         early, at a batch boundary, once ``deadline`` (``time.perf_counter()``) passed."""
         pool = self.pool
         stop = asyncio.Event()
-        pruned_before = pool.pruner.total
+        pruned_before = pool.maintenance.pruner.total
         sweeping = asyncio.create_task(self._sweep(stop))
         t0 = time.perf_counter()
         done = start
@@ -767,7 +768,7 @@ class Churner:
         finally:
             stop.set()
             await sweeping
-        return Churned(seconds, done - start, pool.pruner.total - pruned_before, tables)
+        return Churned(seconds, done - start, pool.maintenance.pruner.total - pruned_before, tables)
 
     async def _publish(self, rows: Sequence[Any]) -> list[Any]:
         """As the completer publishes a flush: one ``publish_many`` statement."""
@@ -787,7 +788,7 @@ class Churner:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            await self.pool.sweeper.run_once()
+            await self.pool.maintenance.sweeper.run_once()
 
     async def close(self) -> None:
         await self.pool.engine.dispose()

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.engine import create_engine, normalize_url, resolve_database_url
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from benchmarks.peer_adapter import reset_database
@@ -44,8 +45,8 @@ from benchmarks.suite import REPO, drop_database, with_database
 
 KIND, VERSION = "noop", 1
 HANDLERS = [f"{KIND}@{VERSION}"]
-CLIENT = Actor("client", "bench")
-WORKER = Actor("worker", "bench")
+CLIENT = Actor(ActorKind.CLIENT, "bench")
+WORKER = Actor(ActorKind.WORKER, "bench")
 STAGES = ("create", "claim", "beat", "publish")
 CHUNK = 50  # statements run on one side before the other side runs as many
 

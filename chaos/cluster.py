@@ -10,9 +10,6 @@ nothing behind. All traffic goes to 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,17 +26,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from atlas_jobs._app.apikeys import Role, create_key
 from atlas_jobs._app.db import embedded
+from harness import processes
+from harness.processes import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 SIGNING_SECRET = "chaos-signing-secret"  # noqa: S105 - a throwaway run's secret
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -79,21 +71,13 @@ class Proc:
 
     def kill9(self) -> None:
         """``kill -9`` of the whole process group: no chance to release anything."""
-        if self.alive():
-            os.killpg(self.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
+        processes.kill_process_group(self.process)
 
     def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        processes.stop_process_group(self.process)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return processes.log_of(self.log_path)
 
 
 class Server:
@@ -210,16 +194,8 @@ class Cluster:
             await engine.dispose()
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATLAS_")}
-        env.update(
-            {
-                "DATABASE_URL": self.database_url,
-                "ATLAS_DATA_DIR": str(self.work_dir / "data"),
-                "ATLAS_SIGNING_SECRET": SIGNING_SECRET,
-                "ATLAS_LOG_LEVEL": "INFO",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        env = processes.base_env(self.database_url, self.work_dir / "data")
+        env["ATLAS_SIGNING_SECRET"] = SIGNING_SECRET
         env.update(self.timing.env())
         env.update(self.extra_env)
         return env
@@ -233,15 +209,9 @@ class Cluster:
         wrapper: list[str] | None = None,
     ) -> Proc:
         log_path = self.work_dir / f"{name}.log"
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [*(wrapper or []), sys.executable, *argv],
-                cwd=REPO,
-                env=dict(env),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = processes.spawn(
+            argv, env=env, log_path=log_path, append=True, wrapper=wrapper or ()
+        )
         proc = Proc(name, process, log_path)
         self.procs.append(proc)
         return proc
@@ -250,21 +220,10 @@ class Cluster:
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}"
         proc = self._spawn(
-            "api", ["-m", "atlas_jobs._app.cli", "api", "--port", str(port)], {**self.env(), **env}
+            "api", ["-m", processes.CLI, "api", "--port", str(port)], {**self.env(), **env}
         )
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(timeout=1) as http:
-            while True:
-                if not proc.alive():
-                    raise RuntimeError(f"the API exited early:\n{proc.log()[-3000:]}")
-                try:
-                    if (await http.get(f"{self.api_url}/readyz")).status_code == 200:
-                        return proc
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the API never became ready:\n{proc.log()[-3000:]}")
-                await asyncio.sleep(0.1)
+        await processes.until_ready(proc.process, f"{self.api_url}/readyz", proc.log_path)
+        return proc
 
     def start_worker(
         self,
@@ -277,7 +236,7 @@ class Cluster:
     ) -> Proc:
         """A worker process; ``database_port`` points it at another port of 127.0.0.1
         (a proxy), ``wrapper`` runs it under a command (``faketime -f +10s``)."""
-        argv = ["-m", module, "worker", "--concurrency", str(concurrency), "--worker-id", name]
+        argv = processes.worker_args(name, concurrency=concurrency, module=module)
         env = self.env()
         if database_port is not None:
             env["DATABASE_URL"] = self.server.embedded.url(self.database).replace(

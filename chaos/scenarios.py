@@ -35,7 +35,7 @@ from sqlalchemy.pool import NullPool
 from atlas_jobs._app.apikeys import Role
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.queries import CLAIM
-from atlas_jobs._app.lifecycle import Reason
+from atlas_jobs._app.lifecycle import ActorKind, Reason
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from chaos.cluster import (
     TERMINAL,
@@ -627,7 +627,7 @@ async def _made_jobs(cluster: Cluster, owner: str, count: int, *, waiting: bool)
     create, claim, wait)."""
     engine = create_async_engine(cluster.database_url)
     t = Transitions(Clock(), lease_seconds=cluster.timing.lease_seconds)
-    actor = Actor("worker", "chaos-review-gate")
+    actor = Actor(ActorKind.WORKER, "chaos-review-gate")
     made: list[str] = []
     try:
         for n in range(count):
@@ -636,7 +636,7 @@ async def _made_jobs(cluster: Cluster, owner: str, count: int, *, waiting: bool)
                 created = await t.create(
                     conn,
                     NewJob(owner, kind, 1, {}, max_attempts=3, max_elapsed_seconds=3600),
-                    actor=Actor("client", owner),
+                    actor=Actor(ActorKind.CLIENT, owner),
                 )
                 if waiting:
                     [claimed] = await t.claim(

@@ -39,7 +39,7 @@ def sent(engine: AsyncEngine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
 
 API_BACKGROUND_TASKS = ("metrics-sampler", "live-workers")
 """The API's loops that query on their own cadence: the metrics sampler and the
-live-worker refresher (atlas_jobs._app.api.live_workers)."""
+live-worker refresher (atlas_jobs._app.services.live_workers)."""
 
 
 @contextmanager

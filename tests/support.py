@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -16,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from atlas_jobs._app.db.engine import libpq_url, normalize_url
+from harness import processes
+from harness.processes import free_port as free_port  # re-exported for the tests
+from harness.processes import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,15 +95,6 @@ def server_from_environment(data_dir: Path, *, max_connections: int = 300) -> tu
     return Server(server.url("postgres"), embedded_data_dir=data_dir), not already
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def atlas_process(
     args: list[str], *, env: dict[str, str], log_path: Path, ready_url: str, timeout: float = 60
@@ -113,38 +103,9 @@ def atlas_process(
 
     At exit the whole process group gets SIGTERM (then SIGKILL after 10 s), so a test
     leaves nothing behind whatever happened."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "atlas_jobs._app.cli", *args],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = processes.spawn(["-m", processes.CLI, *args], env=env, log_path=log_path)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{args} exited early:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(ready_url, timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{args} never became ready:\n{log_path.read_text()}")
-            time.sleep(0.1)
+        processes.wait_ready(process, ready_url, log_path, timeout=timeout, name=str(args))
         yield process
     finally:
         stop_process_group(process)
-
-
-def stop_process_group(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()

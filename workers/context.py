@@ -15,13 +15,12 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, TransitionName
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import ResultStore, StoredFile
@@ -38,56 +37,6 @@ from atlas_jobs._workers.errors import CancelStop, LeaseLost, PermanentError, Re
 from atlas_jobs._workers.external import ExternalOperations
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """The facts of one claimed attempt, taken from the claim's ``RETURNING`` row."""
-
-    job_id: uuid.UUID
-    attempt_id: uuid.UUID
-    attempt: int
-    charged_attempts: int
-    max_attempts: int
-    max_elapsed_seconds: float
-    kind: str
-    kind_version: int
-    owner: str
-    input: Mapping[str, Any]
-
-    @classmethod
-    def from_row(cls, row: Row[Any]) -> ClaimedJob:
-        return cls(
-            job_id=row.id,
-            attempt_id=row.current_attempt_id,
-            attempt=row.attempt,
-            charged_attempts=row.charged_attempts,
-            max_attempts=row.max_attempts,
-            max_elapsed_seconds=float(row.max_elapsed_seconds),
-            kind=row.kind,
-            kind_version=row.kind_version,
-            owner=row.owner,
-            input=row.input,
-        )
-
-    @classmethod
-    def from_claim(cls, row: Row[Any]) -> ClaimedJob:
-        """From a row of ``Transitions.claim(..., full_rows=False)``, read by position:
-        its first ten columns are these fields in this order (the claim's hot path;
-        ``tests/workers/test_claiming.py`` pins the order)."""
-        values = cast("tuple[Any, ...]", row)  # a Row is a sequence of its columns
-        return cls(
-            job_id=values[0],
-            attempt_id=values[1],
-            attempt=values[2],
-            charged_attempts=values[3],
-            max_attempts=values[4],
-            max_elapsed_seconds=float(values[5]),
-            kind=values[6],
-            kind_version=values[7],
-            owner=values[8],
-            input=values[9],
-        )
 
 
 def raise_if_illegal(outcome: Rejected) -> None:
@@ -177,9 +126,6 @@ class JobContext:
             raise CancelStop(str(self.job_id))
         if self.draining:
             raise ReleaseStop(str(self.job_id))
-
-    async def is_cancel_requested(self) -> bool:
-        return self.cancel_requested
 
     async def sleep(self, seconds: float) -> None:
         """Simulated work; returns early only when the lease is lost (then raises)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db.queries import EXPIRED_LEASES
+from atlas_jobs._app.db.records import LeaseFacts
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.transitions import Applied, Transitions
 from atlas_jobs._workers.retry import kind_backoff
@@ -41,9 +42,8 @@ class Reaper:
     async def _batch(self) -> tuple[int, int]:
         t = self.transitions
         async with self.engine.begin() as conn:
-            expired = (
-                await conn.execute(EXPIRED_LEASES, {"limit": self.batch_size, **t.clock.bind()})
-            ).all()
+            rows = await conn.execute(EXPIRED_LEASES, {"limit": self.batch_size, **t.clock.bind()})
+            expired = [LeaseFacts.from_row(row) for row in rows]
             results = await t.rescue_locked(conn, expired, kind_backoff)
         moved = 0
         for job, outcome in zip(expired, results, strict=True):

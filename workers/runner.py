@@ -31,10 +31,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from atlas_jobs._app import metrics
+from atlas_jobs._app import metrics, tracing
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.lifecycle import AttemptOutcome, JobState, Reason
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
@@ -50,7 +51,7 @@ from atlas_jobs._app.transitions import (
 )
 from atlas_jobs._workers import retry
 from atlas_jobs._workers.completer import Completer
-from atlas_jobs._workers.context import ClaimedJob, JobContext, raise_if_illegal
+from atlas_jobs._workers.context import JobContext, raise_if_illegal
 from atlas_jobs._workers.errors import (
     CancelStop,
     JobError,
@@ -98,16 +99,51 @@ class JobRunner:
         self.handlers = handlers
         self.actor = actor
 
-    def context(self, claimed: Row[Any] | ClaimedJob) -> JobContext:
-        """The context of a claimed attempt: from a full claim row, or its facts."""
+    def context(self, claimed: ClaimedJob) -> JobContext:
+        """The context of a claimed attempt."""
         return JobContext(
-            claimed if isinstance(claimed, ClaimedJob) else ClaimedJob.from_row(claimed),
+            claimed,
             engine=self.engine,
             transitions=self.transitions,
             store=self.store,
             settings=self.settings,
             actor=self.actor,
         )
+
+    async def execute(self, ctx: JobContext) -> None:
+        """Run the attempt (in a span, tracing on) and count its outcome; never raises:
+        an ending that could not be written is logged and left to the reaper."""
+        try:
+            if tracing.enabled():
+                outcome = await self._run_traced(ctx)
+            else:  # no span to open, no creation trace to read
+                outcome = await self.run(ctx)
+            metrics.record_attempt(ctx.job.kind, outcome.value)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # an ending could not be written: the reaper recovers it
+            log.error("job.ending_failed", job_id=str(ctx.job_id), error_class=type(exc).__name__)
+
+    async def _run_traced(self, ctx: JobContext) -> AttemptOutcome:
+        """The attempt in a span parented to its job's creation request."""
+        with tracing.attempt_span(
+            await self._traceparent(ctx),
+            job_id=str(ctx.job_id),
+            attempt_id=str(ctx.attempt_id),
+            kind=ctx.job.kind,
+            attempt=ctx.job.attempt,
+        ):
+            return await self.run(ctx)
+
+    async def _traceparent(self, ctx: JobContext) -> str | None:
+        """The trace the job's creation belongs to (one read per attempt, tracing on)."""
+        if not tracing.enabled():
+            return None
+        try:
+            async with self.engine.connect() as conn:
+                return await reads.creation_traceparent(conn, ctx.job_id)
+        except Exception:  # the attempt runs anyway, in a trace of its own
+            return None
 
     async def run(self, ctx: JobContext) -> AttemptOutcome:
         """Run the attempt and write exactly one ending (or none, if the lease is lost)."""

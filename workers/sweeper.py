@@ -30,7 +30,6 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -68,7 +67,7 @@ class Sweeper:
         *,
         batch_size: int = 500,
         pruner: Pruner | None = None,
-        reindexer: Reindexer | Literal["off"] | None = None,
+        reindexer: Reindexer | None = None,
         vacuumer: Vacuumer | None = None,
         forget_workers_seconds: float | None = None,
     ) -> None:
@@ -77,14 +76,13 @@ class Sweeper:
         self.store = store
         self.batch_size = batch_size
         self.pruner = pruner
-        # None: the default bounds; "off": no rebuilds (ATLAS_INDEX_REBUILD_MIN_MB=0).
-        self.reindexer = (
-            None if reindexer == "off" else reindexer if reindexer else Reindexer(engine)
-        )
+        """None: finished jobs are kept (a sweeper built bare)."""
+        self.reindexer = reindexer
+        """None: no rebuilds (ATLAS_INDEX_REBUILD_MIN_MB=0, or a sweeper built bare)."""
         self.vacuumer = vacuumer
+        """None: autovacuum alone (ATLAS_VACUUM_DEAD_ROWS=0, or a sweeper built bare)."""
         self.forget_workers_seconds = forget_workers_seconds
         """None: the worker registry is left alone (a sweeper built bare)."""
-        """None: autovacuum alone (ATLAS_VACUUM_DEAD_ROWS=0, or a sweeper built bare)."""
 
     async def run_once(self) -> SweepReport:
         expired = 0

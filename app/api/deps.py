@@ -13,6 +13,7 @@ from fastapi.security.base import SecurityBase
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.api.errors import ForbiddenError, InvalidRequestError, UnauthorizedError
+from atlas_jobs._app.api.middleware import REQUEST_ID
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.apikeys import Principal, Role, authenticate, hash_key, looks_like_key
 
@@ -104,9 +105,9 @@ OperatorPrincipal = Annotated[Principal, require(Role.OPERATOR)]
 ReviewerPrincipal = Annotated[Principal, require(Role.REVIEWER)]
 
 
-def visible_owner(principal: Principal) -> str | None:
-    """Whose jobs the caller may see: its own, or every owner's for operators."""
-    return None if principal.has(Role.OPERATOR) else principal.owner
+def request_id() -> str | None:
+    """The id of the request being served (``X-Request-ID``), recorded with its moves."""
+    return REQUEST_ID.get()
 
 
 def bind_job(job_id: uuid.UUID) -> None:

@@ -18,7 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from atlas_jobs._app.api.paths import allowed_methods
+from atlas_jobs._app.db.outages import database_unavailable
 from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.services import refusals
+from atlas_jobs._app.services.refusals import clean_validation_errors
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"
@@ -298,40 +301,55 @@ class DatabaseUnavailableError(ApiError):
         super().__init__(headers={"Retry-After": str(retry_after)})
 
 
-# SQLSTATE classes and codes that mean "the server is not there for us right now":
-# 08 connection exception; 57P01 admin_shutdown, 57P02 crash_shutdown,
-# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections;
-# 25006 read_only_sql_transaction (the node was demoted to a standby, or is read-only
-# during a failover: the engine drops that connection and the retry finds the primary).
-_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "25006"})
-# asyncpg's own classes for "no usable server": none of the hosts of a multi-host URL
-# matches target_session_attrs (every one is a standby, or read-only, mid-failover).
-_UNAVAILABLE_CLASSES = frozenset(
-    {"ConnectionDoesNotExistError", "CannotConnectNowError", "TargetServerAttributeNotMatched"}
-)
-
-
-def database_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database cannot be reached (as opposed to a bug or a
-    query the database refused): a refused or reset connection, a connection the
-    server closed, a connection-class SQLSTATE, or the pool's wait timing out."""
-    from sqlalchemy.exc import DBAPIError
-    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-
-    if isinstance(exc, PoolTimeoutError | ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        original = exc.orig
-        cause = getattr(original, "__cause__", None) or original
-        if isinstance(cause, ConnectionError | TimeoutError):
-            return True
-        sqlstate = str(getattr(cause, "sqlstate", None) or getattr(original, "pgcode", "") or "")
-        if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
-            return True
-        return type(cause).__name__ in _UNAVAILABLE_CLASSES
-    return type(exc).__name__ in _UNAVAILABLE_CLASSES
+def problem_of(refusal: refusals.Refusal) -> ApiError:
+    """The one mapping of a service's refusal to its problem."""
+    match refusal:
+        case refusals.JobNotFound():
+            return JobNotFoundError()
+        case refusals.ResultExpired(state=state, delivery=delivery):
+            return ResultExpiredError(
+                "The result's retention passed; the job is still succeeded",
+                state=state,
+                delivery=delivery,
+            )
+        case refusals.ResultNotReady(state=state, delivery=delivery):
+            return ResultNotReadyError(
+                f"The job is {state} with delivery {delivery}", state=state, delivery=delivery
+            )
+        case refusals.UnknownKind(known=known):
+            return UnknownKindError(f"Unknown kind; known kinds: {', '.join(sorted(known))}")
+        case refusals.InvalidInput(errors=errors):
+            return InvalidInputError(errors=errors)
+        case refusals.InvalidRequest(detail=detail, errors=errors):
+            if not errors:
+                return InvalidRequestError(detail)
+            return InvalidRequestError(detail, errors=errors)
+        case refusals.BatchTooLarge(count=count, limit=limit):
+            return BatchTooLargeError(count, limit)
+        case refusals.KeyInFlight(retry_after=retry_after):
+            return IdempotencyKeyInFlightError(retry_after=retry_after)
+        case refusals.KeyReused(loc=loc):
+            return IdempotencyKeyReusedError(
+                errors=[{"loc": loc, "msg": "key used with another body", "type": "key_reused"}]
+            )
+        case refusals.AtCapacity(unfinished=unfinished, adding=adding, limit=limit):
+            asked = "" if adding == 1 else f", {adding} more asked"
+            return TooManyActiveJobsError(
+                f"{unfinished} unfinished jobs{asked} (limit {limit}); wait for some to finish",
+                retry_after=refusal.retry_after,
+            )
+        case refusals.QueueBackedUp(oldest_seconds=oldest, limit_seconds=limit):
+            return QueueBackedUpError(
+                f"the oldest claimable job has waited {oldest:.0f} s (limit {limit:.0f} s)",
+                retry_after=refusal.retry_after,
+            )
+        case refusals.TooManyWatchers(detail=detail, retry_after=retry_after):
+            return TooManyWatchersError(detail, retry_after=retry_after)
+        case refusals.WatchersExhausted(detail=detail, retry_after=retry_after):
+            return WatchersExhaustedError(detail, retry_after=retry_after)
+        case refusals.DatabaseUnavailable():
+            return DatabaseUnavailableError()
+    raise AssertionError(f"no problem for {type(refusal).__name__}")  # pragma: no cover
 
 
 def problem_type_uris() -> list[str]:
@@ -366,20 +384,6 @@ def problem_response(error: ApiError) -> Response:
         headers=error.headers,
         media_type=PROBLEM_MEDIA_TYPE,
     )
-
-
-def clean_validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """Validation errors without the offending input values (which may hold secrets)."""
-    cleaned: list[dict[str, Any]] = []
-    for error in errors:
-        cleaned.append(
-            {
-                "loc": [str(part) for part in error.get("loc", ())],
-                "msg": str(error.get("msg", "")),
-                "type": str(error.get("type", "")),
-            }
-        )
-    return cleaned
 
 
 def field_location(loc: Sequence[Any]) -> tuple[Any, ...]:
@@ -505,7 +509,12 @@ def install_error_handlers(
         log.error("unhandled_error", **{**context, **unexpected_error_fields(exc)})
         return respond(request, ApiError())
 
+    async def on_refusal(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, refusals.Refusal)
+        return respond(request, problem_of(exc))
+
     app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(refusals.Refusal, on_refusal)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)

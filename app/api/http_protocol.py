@@ -28,7 +28,6 @@ import json
 from typing import Any
 
 import h11
-from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -86,9 +85,11 @@ class HeadTimeoutH11Protocol(H11Protocol):
     def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
-        self.conn = _RecordingConnection(
-            h11.SERVER,
-            config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE,
+        limit = config.h11_max_incomplete_event_size
+        self.conn = (
+            _RecordingConnection(h11.SERVER)  # h11's own default limit
+            if limit is None
+            else _RecordingConnection(h11.SERVER, limit)
         )
 
     def send_400_response(self, msg: str) -> None:

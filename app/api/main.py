@@ -1,7 +1,8 @@
 """The FastAPI application: routers, middleware, error translation, lifespan.
 
 The lifespan opens the database engine (``DATABASE_URL`` or the embedded server), the
-LISTEN connection and the feeds (:mod:`atlas_jobs._app.api.feeds`) that serve ``Prefer: wait`` reads
+LISTEN connection and the feeds (:mod:`atlas_jobs._app.services.feeds`) that serve ``Prefer: wait``
+reads
 and event streams, the download signer and the result store; it closes them in reverse
 order. Once started it freezes the process's start-up heap (:mod:`atlas_jobs._app.heap`), so the
 garbage collector's full passes walk only what requests allocate. While shutting down the
@@ -18,17 +19,14 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from atlas_jobs._app import __version__, tracing
-from atlas_jobs._app.api import live_workers
 from atlas_jobs._app.api.docs_pages import install_docs, install_front_door
 from atlas_jobs._app.api.errors import install_error_handlers
-from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.metrics import ApiMetrics
 from atlas_jobs._app.api.middleware import (
     AnswerUnexpectedErrors,
     BodyGuardMiddleware,
     RequestContextMiddleware,
 )
-from atlas_jobs._app.api.notifier import JobChangeNotifier
 from atlas_jobs._app.api.openapi_doc import install_openapi
 from atlas_jobs._app.api.paths import route_template
 from atlas_jobs._app.api.queue_sampler import run_sampler
@@ -46,11 +44,14 @@ from atlas_jobs._app.api.routers import (
     webhooks,
 )
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.api.watch_caps import WatcherCaps
 from atlas_jobs._app.clock import SYSTEM_CLOCK, Clock
 from atlas_jobs._app.db import migrations
 from atlas_jobs._app.db.engine import create_engine, libpq_url, resolve_database_url
 from atlas_jobs._app.heap import freeze_startup_heap
+from atlas_jobs._app.services import live_workers
+from atlas_jobs._app.services.feeds import FeedHub
+from atlas_jobs._app.services.notifier import JobChangeNotifier
+from atlas_jobs._app.services.watch_caps import WatcherCaps
 from atlas_jobs._app.settings import Settings, get_settings
 from atlas_jobs._app.signing import signer_from_settings
 from atlas_jobs._app.storage import make_store

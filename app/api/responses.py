@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from atlas_jobs._app.api.schemas import (
+from atlas_jobs._app.services.schemas import (
     BatchTooLargeProblem,
     JobStateProblem,
     Problem,

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from atlas_jobs._app.api.schemas import JobCreate, StrictModel
 from atlas_jobs._app.scheduling import MAX_CATCH_UP_LIMIT, FireRefusal, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.services.schemas import JobCreate, StrictModel
 
 CRON_DESCRIPTION = (
     "A cron expression: five fields (minute hour day-of-month month day-of-week), or six "

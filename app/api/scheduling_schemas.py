@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, StrictInt
 
-from atlas_jobs._app.api.schemas import StrictModel
 from atlas_jobs._app.fairness import MAX_KEY_LIMIT, MAX_PERIOD_SECONDS, MAX_RATE, MAX_SHARE
+from atlas_jobs._app.services.schemas import StrictModel
 
 NOTE = Field(default=None, max_length=500, description="Why: recorded with the change.")
 

@@ -3,7 +3,8 @@
 On SIGTERM (or SIGINT) :class:`DrainingServer` does not stop listening at once:
 
 1. it marks the process draining -- ``/readyz`` answers 503 from now on -- and ends
-   every held read and event stream (:meth:`atlas_jobs._app.api.feeds.FeedHub.drain`): a long-poll
+   every held read and event stream (:meth:`atlas_jobs._app.services.feeds.FeedHub.drain`): a
+   long-poll
    answers the current status at once (with ``Retry-After``), a stream ends after the
    ``retry:`` hint it opened with, so clients reconnect to another instance;
 2. for ``ATLAS_SHUTDOWN_DRAIN_SECONDS`` it keeps serving, so that a load balancer sees

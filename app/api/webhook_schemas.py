@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from atlas_jobs._app.api.schemas import StrictModel
+from atlas_jobs._app.services.schemas import StrictModel
 
 
 class WebhookCreate(StrictModel):

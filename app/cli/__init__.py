@@ -158,9 +158,9 @@ def worker(
 ) -> None:
     """Run a worker process: claims jobs, heartbeats, reaps expired leases."""
     load_kinds(kinds)
-    from atlas_jobs._app.api.views import status_document
     from atlas_jobs._app.cli.preflight import migrated_database_url, require_free_port
     from atlas_jobs._app.logs import configure_logging
+    from atlas_jobs._app.services.views import status_document
     from atlas_jobs._workers.pool import run_worker
 
     settings = get_settings()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
-import os
 import socket
 import sys
 import time
@@ -148,15 +146,6 @@ def migrated_database_url(*, wait: bool = False) -> str:
     url = database_url()
     require_current_schema(url, wait_seconds=get_settings().startup_wait_seconds if wait else 0)
     return url
-
-
-def _tell(line: str) -> None:
-    """One line on stderr: JSON in production (``ATLAS_LOG_FORMAT=json``)."""
-    if os.environ.get("ATLAS_LOG_FORMAT") == "json":
-        text = json.dumps({"event": "cli.waiting", "level": "warning", "message": line})
-    else:
-        text = f"atlas-jobs: {line}"
-    print(text, file=sys.stderr, flush=True)
 
 
 def require_free_port(

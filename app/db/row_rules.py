@@ -2,19 +2,17 @@
 
 PostgreSQL reads every CHECK constraint of a table from its stored node tree and plans it
 again on every statement that writes the table (``ExecRelCheck``: ``stringToNode``, then
-``expression_planner`` and ``ExecPrepareExpr``). ``jobs`` had eleven; on a one-job
-create that was a fifth of the server's CPU (the performance goals). Here they are the arms of an
+``expression_planner`` and ``ExecPrepareExpr``). ``jobs`` had eleven, a large part of
+the server's CPU on a one-job create. Here they are the arms of an
 IMMUTABLE PL/pgSQL function, which a session plans once; the table's one constraint
 (``ck_jobs_rules``) stores that call. (Not ``LANGUAGE sql``: an SQL function is inlined
 into the expression, and so re-read and re-planned with it.)
 
 The price is a PL/pgSQL call per row, a little more than the eleven inline expressions
-of ``jobs`` cost per row: one-job statements 3-10 % less backend CPU, 100-job creates
-2 % more (~0.4 us per job; benchmarks/trigger_cpu.py, revision a3b4c5d6e7f8). Not
-for ``job_history`` and ``attempts`` (two small CHECKs each): there the call saved ~6 us
-per one-row statement but cost ~0.5 us more per row than the inline pair (a bare copy of
-``job_history``: +25 us per one-row INSERT for the inline CHECKs, +18 us for the call;
-per 100-row INSERT +33-44 us against +78-90 us), and the 100-job publication grew 2-3 %.
+of ``jobs`` cost per row: one-job statements cost less, large batches slightly more.
+Not for ``job_history`` and ``attempts`` (two small CHECKs each): there the call costs
+more per row than the inline pair, and batches are their common case. (The figures,
+from ``benchmarks/trigger_cpu.py``: docs/performance.md, "Figures behind the code".)
 
 Diagnostics are kept: a row that breaks a rule is refused with ``check_violation``
 (SQLSTATE 23514) naming the rule's former constraint -- ``new row for relation "jobs"

@@ -144,7 +144,7 @@ jobs = Table(
     postgresql_with=JOBS_STORAGE,
 )
 
-# The columns of a job that its status body (atlas_jobs._app.api.views.job_status) and status
+# The columns of a job that its status body (atlas_jobs._app.services.views.job_status) and status
 # headers (ETag, Retry-After) are built from -- with ``observed_at``, the database time
 # of the read, which each statement adds. The status read and the creation statements
 # answer these, not the whole row: the input, the result reference, the lease's owner

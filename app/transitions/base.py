@@ -11,10 +11,11 @@ from typing import Any
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.moves import Actor, Executor
+from atlas_jobs._app.lifecycle import ActorKind
 
-SYSTEM_REAPER = Actor("system", "reaper")
-SYSTEM_SWEEPER = Actor("system", "sweeper")
-SYSTEM_SCHEDULER = Actor("system", "scheduler")
+SYSTEM_REAPER = Actor(ActorKind.SYSTEM, "reaper")
+SYSTEM_SWEEPER = Actor(ActorKind.SYSTEM, "sweeper")
+SYSTEM_SCHEDULER = Actor(ActorKind.SYSTEM, "scheduler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +95,10 @@ def error_doc(code: str, message: str, *, retryable: bool, **extra: Any) -> dict
 
 
 class Service:
-    """Named transitions over one clock and lease length. Callers own the transaction:
-    pass an ``AsyncConnection`` inside ``engine.begin()``."""
+    """One caller's named transitions, made by the one executor. Callers own the
+    transaction: pass an ``AsyncConnection`` inside ``engine.begin()``."""
 
-    def __init__(self, clock: Clock, *, lease_seconds: float) -> None:
-        self.clock = clock
-        self.lease_seconds = lease_seconds
-        self.executor = Executor(clock, lease_seconds)
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.clock: Clock = executor.clock
+        self.lease_seconds: float = executor.lease_seconds

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.db.moves import Applied, MoveResult, Rejected, RejectReason, Step
 from atlas_jobs._app.db.queries import LEASE_FACTS
+from atlas_jobs._app.db.records import LeaseFacts
 from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
     TRANSITIONS,
@@ -45,11 +44,13 @@ class MaintenanceMoves(Service):
             return Rejected(_N.RESCUE, RejectReason.NOT_FOUND)
         if JobState(facts.state) not in ACTIVE_STATES or not facts.lease_expired:
             return Rejected(_N.RESCUE, RejectReason.ILLEGAL, JobState(facts.state))
-        [outcome] = await self.rescue_locked(conn, [facts], lambda _k, _a: backoff_seconds)
+        [outcome] = await self.rescue_locked(
+            conn, [LeaseFacts.from_row(facts)], lambda _k, _a: backoff_seconds
+        )
         return outcome
 
     async def rescue_locked(
-        self, conn: AsyncConnection, expired: Sequence[Row[Any]], backoff: Backoff
+        self, conn: AsyncConnection, expired: Sequence[LeaseFacts], backoff: Backoff
     ) -> list[MoveResult]:
         """Rescue jobs whose lease expired, already locked with their budget facts
         (:data:`~atlas_jobs._app.db.queries.EXPIRED_LEASES`): ``running`` -> ``queued`` while the

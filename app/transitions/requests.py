@@ -41,9 +41,6 @@ from atlas_jobs._app.transitions.base import (
 _N = TransitionName
 _T = TypeVar("_T")
 
-OPERATOR_ACTORS = frozenset({"operator"})
-"""Actor kinds whose cancel of ``unresolved`` work is an operator decision."""
-
 
 class RequestMoves(Service):
     # -- creation ---------------------------------------------------------------------
@@ -184,8 +181,9 @@ class RequestMoves(Service):
         """Cancel: ``queued``/``waiting`` -> ``canceled``; ``running`` -> ``cancel_requested``.
 
         An operator's cancel of ``unresolved`` work is the operator decision
-        ``operator_cancel``. A cancel that loses against a terminal state is still
-        recorded in the history (``to`` = ``from``) and returns :class:`Rejected`.
+        ``operator_cancel`` (the declaration's ``hands_over``). A cancel that loses
+        against a terminal state is still recorded in the history (``to`` = ``from``)
+        and returns :class:`Rejected`.
         """
         outcome = await self.executor.apply_one(
             conn,
@@ -196,10 +194,6 @@ class RequestMoves(Service):
         )
         if not isinstance(outcome, Rejected) or outcome.current is None:
             return outcome
-        if outcome.current == JobState.UNRESOLVED and actor.kind in OPERATOR_ACTORS:
-            return await self.operator_decide(
-                conn, job_id, decision="cancel", actor=actor, note=note or "canceled by an operator"
-            )
         if outcome.current in TERMINAL_STATES:
             await conn.execute(
                 LATE_CANCEL,

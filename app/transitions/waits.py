@@ -28,7 +28,7 @@ from atlas_jobs._app.db.external import (
 )
 from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, RejectReason
 from atlas_jobs._app.lifecycle import JobState, Reason, TransitionName
-from atlas_jobs._app.transitions.base import Approver, SameHandsRefused
+from atlas_jobs._app.transitions.base import Approver, SameHandsRefused, Service
 from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
 from atlas_jobs._app.transitions.requests import RequestMoves
 
@@ -43,7 +43,15 @@ class SignalOutcome:
     replayed: bool
 
 
-class WaitMoves(RequestMoves, MaintenanceMoves):
+class WaitMoves(Service):
+    """Decisions and signals that end a wait, against its deadline: a review through
+    ``requests``, the deadline's rule through ``maintenance``."""
+
+    def __init__(self, requests: RequestMoves, maintenance: MaintenanceMoves) -> None:
+        super().__init__(requests.executor)
+        self.requests = requests
+        self.maintenance = maintenance
+
     async def decide_review(
         self,
         conn: AsyncConnection,
@@ -76,7 +84,7 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
                 raise SameHandsRefused(None, holder_required=True)
             if submitter is not None and four_eyes.submitted(submitter):
                 raise SameHandsRefused(submitter.holder)
-        outcome = await self.review(
+        outcome = await self.requests.review(
             conn, job_id, approve=approve, actor=actor, note=note, owner=owner
         )
         if isinstance(outcome, Rejected) and _lost_to_deadline(locked, Reason.REVIEW):
@@ -119,7 +127,7 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
         found = (await conn.execute(FIND_SIGNAL, {"job_id": job_id, "event_id": event_id})).first()
         if found is not None:
             return SignalOutcome(found, replayed=True)
-        outcome = await self.receive_event(
+        outcome = await self.requests.receive_event(
             conn, job_id, event_id=event_id, actor=actor, data={"event_id": event_id}
         )
         if isinstance(outcome, Rejected):
@@ -163,7 +171,7 @@ class WaitMoves(RequestMoves, MaintenanceMoves):
         if refused.job is None:
             return refused
         job_id = refused.job.id
-        passed = await self.pass_deadline(conn, job_id)
+        passed = await self.maintenance.pass_deadline(conn, job_id)
         row = passed.job if isinstance(passed, Applied) else refused.job
         await conn.execute(
             LATE_DECISION,

@@ -24,6 +24,7 @@ from atlas_jobs._app.db.queries import (
 from atlas_jobs._app.db.schema import job_stages
 from atlas_jobs._app.lifecycle import (
     TRANSITIONS,
+    ActorKind,
     DeliveryState,
     JobState,
     Reason,
@@ -62,7 +63,7 @@ class WorkerMoves(Service):
                     CLAIM if full_rows else CLAIM_TO_RUN,
                     {
                         "worker_id": worker_id,
-                        "actor": str(Actor("worker", worker_id)),
+                        "actor": str(Actor(ActorKind.WORKER, worker_id)),
                         "handlers": list(handlers),
                         "limit": limit,
                         "lease_seconds": self.lease_seconds,
@@ -97,7 +98,7 @@ class WorkerMoves(Service):
             conn,
             TRANSITIONS[_N.HEARTBEAT],
             steps,
-            actor=Actor("worker", "heartbeat"),
+            actor=Actor(ActorKind.WORKER, "heartbeat"),
             full_rows=False,
         )
         states: dict[uuid.UUID, JobState | None] = {}

@@ -2,7 +2,8 @@
 
 The page's browser cannot send an ``Authorization`` header on an EventSource, so this
 stream is authenticated by the session cookie. It follows the job's shared feed
-(:class:`~atlas_jobs._app.api.feeds.FeedHub`): one database read per change of the job, shared with
+(:class:`~atlas_jobs._app.services.feeds.FeedHub`): one database read per change of the job, shared
+with
 every API long-poll and event stream watching it, and the same per-key and per-process
 watcher caps (429 / 503). Each event ``panel`` carries the job's panel rendered from the
 feed's snapshot -- no query per viewer -- and htmx swaps it in (``sse-swap``). When the
@@ -17,20 +18,16 @@ from collections.abc import AsyncIterator
 from fastapi import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from atlas_jobs._app.api.deps import StateDep, visible_owner
-from atlas_jobs._app.api.feeds import Watcher
-from atlas_jobs._app.api.routers.events import (
-    KEEPALIVE_SECONDS,
-    RETRY_MILLISECONDS,
-    SEP,
-    WatchedStream,
-)
-from atlas_jobs._app.api.snapshots import Snapshot
+from atlas_jobs._app.api.deps import StateDep
+from atlas_jobs._app.api.sse import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.api.views import history_item
 from atlas_jobs._app.lifecycle import DeliveryState, JobState
+from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.feeds import Watcher
+from atlas_jobs._app.services.snapshots import Snapshot
+from atlas_jobs._app.services.views import history_item, settled
 from atlas_jobs._app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
-from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, job_view, render, settled
+from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, job_view, render
 from atlas_jobs._app.ui.routes import files_for, parse_job_id, router
 
 

@@ -17,16 +17,14 @@ from typing import Any, Final
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from atlas_jobs._app.api.routers.events import UNSETTLED
-from atlas_jobs._app.api.schemas import HistoryItem, JobPublic, ResultFile
 from atlas_jobs._app.lifecycle import (
-    DeliveryState,
     JobState,
     TransitionName,
-    is_terminal,
     transition,
 )
 from atlas_jobs._app.presentation import Observation, present
+from atlas_jobs._app.services.schemas import HistoryItem, JobPublic, ResultFile
+from atlas_jobs._app.services.views import settled
 from atlas_jobs._app.ui.auth import Viewer
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent / "templates"
@@ -83,11 +81,6 @@ class JobView:
     def live(self) -> bool:
         """Whether the page follows the job (until it is terminal and delivery settled)."""
         return not settled(self.status.state, self.status.delivery.state)
-
-
-def settled(state: JobState, delivery: DeliveryState) -> bool:
-    """Nothing more will change but retention: the job event stream's end condition."""
-    return is_terminal(state) and delivery not in UNSETTLED
 
 
 def label_of(status: JobPublic) -> tuple[str, bool]:

@@ -18,18 +18,25 @@ from urllib.parse import parse_qsl, urlencode
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from atlas_jobs._app.api.deps import StateDep, visible_owner
+from atlas_jobs._app.api.answers import answer
+from atlas_jobs._app.api.deps import StateDep, request_id
 from atlas_jobs._app.api.errors import ApiError, JobNotFoundError
-from atlas_jobs._app.api.reading import answer, public_status
-from atlas_jobs._app.api.routers import kinds, operations
-from atlas_jobs._app.api.routers.jobs import CURSOR_PATTERN, actor_for, request_id
-from atlas_jobs._app.api.schemas import JobPublic, ResultFile
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.api.views import effective_delivery, history_item, job_status, result_files
 from atlas_jobs._app.apikeys import authenticate, end_session, open_session
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import one_snapshot
 from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
+from atlas_jobs._app.services.access import actor_for, visible_owner
+from atlas_jobs._app.services.kinds import kinds_view
+from atlas_jobs._app.services.paging import JOB_CURSOR
+from atlas_jobs._app.services.queue import queue_view
+from atlas_jobs._app.services.reading import list_jobs, public_status
+from atlas_jobs._app.services.schemas import JobPublic, ResultFile
+from atlas_jobs._app.services.views import (
+    effective_delivery,
+    history_item,
+    result_files,
+)
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -62,7 +69,7 @@ PAGE_HEADERS: Final = {
     # Origin header on form posts (with no-referrer a browser sends "Origin: null").
     "Referrer-Policy": "same-origin",
 }
-_CURSOR = re.compile(CURSOR_PATTERN)
+_CURSOR = re.compile(JOB_CURSOR.pattern)
 _STATE_NAMES: Final = frozenset(s.value for s in ALL_STATES)
 
 
@@ -206,27 +213,24 @@ async def _listing(
         owner=wanted_owner,
         states=list(states),
         kinds=[k for k in kinds if k],
-        before_seq=int(cursor[1:]) if cursor else None,
+        before_seq=JOB_CURSOR.parse(cursor),
         limit=PAGE_SIZE,
     )
-    async with state.reads.connect() as conn:
-        rows = await reads.list_jobs(conn, query, now=state.clock.now())
-        shown = rows[:PAGE_SIZE]
-        stages = await reads.stages_for(conn, [row.id for row in shown])
-    statuses = [job_status(row, stages[row.id]) for row in shown]
+    listing = await list_jobs(state.reads, query, clock=state.clock)
     filters: list[tuple[str, str]] = [("state", s) for s in states]
     filters += [("kind", k) for k in query.kinds]
     if wanted_owner != viewer.principal.owner:
         filters.append(("owner", wanted_owner))
-    more = len(rows) > PAGE_SIZE and shown
     return {
-        "items": [(s, label_of(s)[0]) for s in statuses],
+        "items": [(s, label_of(s)[0]) for s in listing.statuses],
         "owner": wanted_owner,
         "states": list(states),
         "kinds": query.kinds,
         "all_states": [s.value for s in ALL_STATES],
         "query": urlencode(filters + ([("cursor", cursor)] if cursor else [])),
-        "next_query": urlencode([*filters, ("cursor", f"c{shown[-1].seq}")]) if more else None,
+        "next_query": (
+            urlencode([*filters, ("cursor", listing.next_cursor)]) if listing.next_cursor else None
+        ),
         "first_query": urlencode(filters),
         "paged": cursor is not None,
     }
@@ -343,7 +347,12 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
 @router.get("/kinds", name="ui-kinds")
 async def kinds_page(state: StateDep, viewer: CurrentViewer) -> Response:
     """Every kind, its versions and the live workers serving each (GET /v1/kinds)."""
-    view = await kinds.list_kinds(state, viewer.principal)
+    view = await kinds_view(
+        state.engine,
+        state.clock,
+        state.live_workers,
+        window_seconds=state.settings.worker_live_window_seconds,
+    )
     return page("kinds.html", viewer, kinds=view)
 
 
@@ -354,5 +363,5 @@ async def kinds_page(state: StateDep, viewer: CurrentViewer) -> Response:
 async def queue_page(state: StateDep, viewer: CurrentViewer) -> Response:
     if not viewer.is_operator:
         raise UiForbiddenError("The queue view needs the operator role")
-    view = await operations.queue(state, viewer.principal)
+    view = await queue_view(state.engine, state.clock)
     return page("queue.html", viewer, queue=view, states=[s.value for s in JobState])

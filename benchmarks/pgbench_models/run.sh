@@ -51,9 +51,14 @@ template_of() {
         *) echo "unknown model $1" >&2; exit 2 ;;
     esac
 }
+# Model A is the product's own SQL, rendered from the code for this run.
+MODEL_A=$(mktemp --suffix=.sql)
+trap 'rm -f "$MODEL_A"' EXIT
+(cd "$REPO" && "$ATLAS_PYTHON" -m benchmarks.pgbench_models.model_a) > "$MODEL_A"
 script_of() {
     case $1 in
         baseline | pgqueuer) echo "$HERE/$1.sql" ;;
+        a) echo "$MODEL_A" ;;
         *) echo "$HERE/model_$1.sql" ;;
     esac
 }

@@ -21,10 +21,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.main import create_app
-from atlas_jobs._app.api.snapshots import HISTORY_KEPT
 from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.services.feeds import FeedHub
+from atlas_jobs._app.services.snapshots import HISTORY_KEPT
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor
 from tests.api.conftest import LiveApi

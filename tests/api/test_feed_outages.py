@@ -29,10 +29,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.api.main import create_app
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.listen import Backoff
+from atlas_jobs._app.services.feeds import FeedHub
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Transitions
 from chaos.proxy import TcpProxy

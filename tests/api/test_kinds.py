@@ -171,7 +171,6 @@ async def test_a_worker_process_is_live_while_it_beats_and_not_after(
         engine,
         Transitions(Clock(), lease_seconds=10),
         FilesystemStore(data_dir / "results"),
-        reindexer="off",
         forget_workers_seconds=WINDOW,
     )
     assert (await sweeper.run_once()).forgotten_workers == 1

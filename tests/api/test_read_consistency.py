@@ -16,8 +16,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from atlas_jobs._app.api.feeds import FeedHub
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.services.feeds import FeedHub
 from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys, commit_before
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}

@@ -176,3 +176,29 @@ async def test_cancel_is_one_statement_after_auth(
         assert canceled.json()["state"] == state
         assert len(trips.statements) == 1, trips.statements
         assert trips.checkouts == 1
+
+
+async def test_a_batch_picks_its_transaction_by_what_it_writes(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """A batch without keys or ``notify`` is ONE creation statement, its own
+    transaction (no BEGIN/COMMIT), like a single job; a batch with keys takes their
+    locks, so it runs in one transaction: BEGIN, then COMMIT after its key rows."""
+    await client.post("/v1/jobs", json=BODY, headers=keys.a)  # the key lookup cached
+    with counting(app) as trips:
+        created = await client.post(
+            "/v1/jobs:batch", json={"jobs": [BODY, BODY, BODY]}, headers=keys.a
+        )
+        await asyncio.sleep(0)
+    assert created.status_code == 202, created.text
+    assert len(created.json()["items"]) == 3
+    assert len(trips.statements) == 1, trips.statements
+    assert trips.statements[0].startswith("WITH admission AS"), trips.statements
+    assert trips.control == []
+
+    keyed = [{**BODY, "idempotency_key": f"batch-{uuid.uuid4()}-{i}"} for i in range(2)]
+    with counting(app) as trips:
+        created = await client.post("/v1/jobs:batch", json={"jobs": keyed}, headers=keys.a)
+        await asyncio.sleep(0)
+    assert created.status_code == 202, created.text
+    assert trips.control == ["BEGIN", "COMMIT"], trips.control

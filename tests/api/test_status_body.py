@@ -1,5 +1,5 @@
 """The status body, built as ONE validation of plain fields
-(``atlas_jobs._app.api.views.job_status``), is byte for byte the body the model-by-model
+(``atlas_jobs._app.services.views.job_status``), is byte for byte the body the model-by-model
 construction gives (each nested model built and validated on its own, as it was once), for a job
 in each state a client can see: queued, running with a plan, queued for a retry, waiting for review,
 unresolved, succeeded with its result available and then expired, failed, cancel_requested and
@@ -14,7 +14,10 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.api.schemas import (
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from atlas_jobs._app.services.schemas import (
     CancelPublic,
     DeliveryPublic,
     ErrorPublic,
@@ -25,10 +28,12 @@ from atlas_jobs._app.api.schemas import (
     WaitingForPublic,
     WaitPublic,
 )
-from atlas_jobs._app.api.views import effective_delivery, job_path, next_attempt_at, waiting_for
-from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.lifecycle import ACTIVE_STATES, DeliveryState, JobState, Reason, is_terminal
+from atlas_jobs._app.services.views import (
+    effective_delivery,
+    job_path,
+    next_attempt_at,
+    waiting_for,
+)
 from atlas_jobs._app.transitions import Transitions, error_doc
 from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys
 

@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
 from atlas_jobs._app.api.main import create_app
-from atlas_jobs._app.api.views import status_document
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import webhooks as store
 from atlas_jobs._app.db.schema import webhook_deliveries
+from atlas_jobs._app.services.views import status_document
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.webhooks import Resolver, Target, new_secret
 from atlas_jobs._workers.pinned_transport import PinnedTransport

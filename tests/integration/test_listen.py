@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-from atlas_jobs._app.api.notifier import APPLICATION_NAME as API_LISTENER
-from atlas_jobs._app.api.notifier import JobChangeNotifier
 from atlas_jobs._app.db.engine import libpq_url
 from atlas_jobs._app.db.listen import Backoff, Listener
 from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.services.notifier import APPLICATION_NAME as API_LISTENER
+from atlas_jobs._app.services.notifier import JobChangeNotifier
 from atlas_jobs._app.transitions import Transitions
 from atlas_jobs._workers.listener import APPLICATION_NAME as WORKER_LISTENER
 from atlas_jobs._workers.listener import WorkListener

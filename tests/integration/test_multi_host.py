@@ -15,9 +15,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from atlas_jobs._app.api.errors import database_unavailable
 from atlas_jobs._app.db.engine import create_engine, libpq_url, normalize_url
 from atlas_jobs._app.db.listen import Listener
+from atlas_jobs._app.db.outages import database_unavailable
 from tests.support import free_port
 
 

@@ -819,3 +819,48 @@ async def test_a_partial_package_is_never_published(
         )
     assert published.ok
     assert (await jobs.row(made.id)).delivery_state == DeliveryState.AVAILABLE.value
+
+
+async def test_an_operators_cancel_of_unresolved_work_is_the_operators_decision(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory
+) -> None:
+    made = await jobs.make(JobState.UNRESOLVED)
+    async with engine.begin() as conn:
+        outcome = await transitions.request_cancel(conn, made.id, actor=OPERATOR, request_id="r-1")
+    assert isinstance(outcome, Applied)
+    assert (outcome.transition, outcome.from_state, outcome.to_state) == (
+        "operator_cancel",
+        JobState.UNRESOLVED,
+        JobState.CANCELED,
+    )
+    last = (await history(engine, made.id))[-1]
+    assert (last.transition, last.from_state, last.to_state, last.actor, last.note) == (
+        "operator_cancel",
+        "unresolved",
+        "canceled",
+        str(OPERATOR),
+        "canceled by an operator",
+    )
+
+
+async def test_a_clients_cancel_of_unresolved_work_is_refused_and_changes_nothing(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory
+) -> None:
+    made = await jobs.make(JobState.UNRESOLVED)
+    before = await snapshot(engine, made.id)
+    async with engine.begin() as conn:
+        outcome = await transitions.request_cancel(conn, made.id, actor=CLIENT)
+    assert outcome == Rejected("request_cancel", RejectReason.ILLEGAL, JobState.UNRESOLVED)
+    assert not outcome.took_effect
+    assert await snapshot(engine, made.id) == before
+
+
+@pytest.mark.parametrize("state", [JobState.CANCEL_REQUESTED, JobState.CANCELED])
+async def test_a_repeated_cancel_took_effect_already(
+    engine: AsyncEngine, transitions: Transitions, jobs: JobFactory, state: JobState
+) -> None:
+    made = await jobs.make(state)
+    async with engine.begin() as conn:
+        outcome = await transitions.request_cancel(conn, made.id, actor=CLIENT)
+    assert isinstance(outcome, Rejected)
+    assert (outcome.current, outcome.took_effect) == (state, True)

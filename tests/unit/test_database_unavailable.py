@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from atlas_jobs._app.api.errors import database_unavailable, install_error_handlers
+from atlas_jobs._app.api.errors import install_error_handlers
+from atlas_jobs._app.db.outages import database_unavailable
 
 
 def _wrapped(error: BaseException) -> DBAPIError:

@@ -92,7 +92,16 @@ def test_nothing_imports_the_folders_as_top_level_packages() -> None:
     beside it. Importing a folder by its own name would load every module twice."""
     sources = [
         path
-        for folder in ("app", "workers", "atlas_jobs", "tests", "benchmarks", "chaos", "scripts")
+        for folder in (
+            "app",
+            "workers",
+            "atlas_jobs",
+            "tests",
+            "benchmarks",
+            "chaos",
+            "harness",
+            "scripts",
+        )
         if (ROOT / folder).is_dir() and not (ROOT / folder).is_symlink()
         for path in (ROOT / folder).rglob("*.py")
     ]

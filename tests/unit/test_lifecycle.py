@@ -218,3 +218,41 @@ def test_a_move_by_an_actor_it_does_not_name_is_refused_before_any_sql() -> None
                 actor=Actor("client", "mallory"),
             )
         )
+
+
+def test_settled_states_and_hand_overs_fit_the_table() -> None:
+    """A repeat is recognised in a state the move does not start from; a hand-over goes
+    from a state the move does not start from to a transition that does, made by actors
+    the first one names."""
+    handed = 0
+    for spec in TRANSITIONS.values():
+        assert not spec.settled & spec.sources, spec.name
+        for state, hand in spec.hands_over.items():
+            other = TRANSITIONS[hand.transition]
+            assert state not in spec.sources, spec.name
+            assert state in other.sources, spec.name
+            assert other.actors <= spec.actors, spec.name
+            handed += 1
+    assert handed >= 1
+    assert TRANSITIONS["request_cancel"].settled == {
+        JobState.CANCEL_REQUESTED,
+        JobState.CANCELED,
+    }
+
+
+def test_the_claims_writes_come_from_its_declaration() -> None:
+    """The claim statement is the named selection followed by what the executor
+    generates from the ``claim`` declaration: the target and reason, the new attempt, the
+    lease, the attempts row and the history row."""
+    from atlas_jobs._app.db import moves, queries
+
+    claim = TRANSITIONS["claim"]
+    writes = moves.selected_writes(TransitionName.CLAIM, queries.CLAIM_SELECTION)
+    for statement in (queries.CLAIM.text, queries.CLAIM_TO_RUN.element.text):
+        assert statement.startswith(writes)
+        assert queries.CLAIM_SELECTION in statement
+    assert f"state = '{claim.target(JobState.QUEUED)}'" in writes
+    assert f"reason = '{claim.reason_for(JobState.RUNNING)}'" in writes
+    assert "current_attempt_id = atlas_uuid_v7()" in writes
+    assert "INSERT INTO attempts" in writes
+    assert "INSERT INTO job_history" in writes

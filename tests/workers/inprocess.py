@@ -18,12 +18,13 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.db.schema import attempts, job_checkpoints, job_history, job_stages, jobs
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import FilesystemStore
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 from atlas_jobs._workers.completer import Completer
-from atlas_jobs._workers.context import ClaimedJob, JobContext
+from atlas_jobs._workers.context import JobContext
 from atlas_jobs._workers.handlers.base import Handler, PublishPlan
 from atlas_jobs._workers.reaper import Reaper
 from atlas_jobs._workers.runner import JobRunner

@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support import REPO
+from harness import processes
 
 
 @dataclass(frozen=True)
@@ -97,15 +96,7 @@ class Fleet:
     processes: list[WorkerProcess] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATLAS_")}
-        env.update(
-            {
-                "DATABASE_URL": self.database_url,
-                "ATLAS_DATA_DIR": str(self.data_dir),
-                "ATLAS_LOG_LEVEL": "INFO",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        env = processes.base_env(self.database_url, self.data_dir)
         env.update(self.settings.env())
         env.update(self.extra_env)
         return env
@@ -116,24 +107,13 @@ class Fleet:
         """A worker process; with ``metrics_port``, serving its metrics there."""
         metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
         log_path = self.data_dir / f"worker-{name}-{len(self.processes)}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "atlas_jobs._app.cli",
-                    "worker",
-                    "--concurrency",
-                    str(concurrency),
-                    "--worker-id",
-                    name,
-                    *metrics,
-                ],
-                cwd=REPO,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        # In the test's own session: a signal reaches the worker process alone.
+        process = processes.spawn(
+            [*processes.worker_args(name, concurrency=concurrency), *metrics],
+            env=self.env(),
+            log_path=log_path,
+            own_session=False,
+        )
         worker = WorkerProcess(name, process, log_path, metrics_port)
         self.processes.append(worker)
         return worker

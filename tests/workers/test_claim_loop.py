@@ -83,7 +83,7 @@ async def test_the_pool_runs_every_job_it_has_a_handler_for_and_stops_when_asked
         await bounded(task)  # drains and returns (and disposes its own engine)
 
     assert task.result() is None
-    assert pool._running == {}
+    assert pool.slots.running == {}
     assert sorted(ran) == sorted(job_ids)  # each job ran exactly once
     assert 1 <= most_in_handler <= CONCURRENCY
     for job_id in job_ids:
@@ -195,14 +195,14 @@ async def test_a_heartbeat_that_finds_the_lease_gone_stops_the_job_and_frees_its
     task = asyncio.create_task(pool.run(stop))
     try:
         await bounded(started.wait())
-        [(ctx, job_task)] = pool._running.values()
+        [(ctx, job_task)] = pool.slots.running.values()
         before = await harness.snapshot(job_id)
         harness.clock.advance(LEASE + 1)  # the pool shares this clock: its lease is gone
         await bounded(pool.heartbeat.beat_once())
         await bounded(asyncio.gather(job_task, return_exceptions=True))
         assert ctx.lost
         assert interrupted == [True]
-        assert job_id not in pool._running
+        assert job_id not in pool.slots.running
         assert await harness.snapshot(job_id) == before  # the stale task wrote nothing
     finally:
         stop.set()
@@ -306,7 +306,7 @@ async def test_a_notification_that_arrives_during_a_claim_is_kept(
             # The claim found nothing; a job is created (and announced) before the
             # claim returns to the loop, and its notification is delivered meanwhile.
             announced.append(await harness.create())
-            await until(lambda: asyncio.sleep(0, pool._wake.is_set()), bool)
+            await until(lambda: asyncio.sleep(0, pool.claimer.woken.is_set()), bool)
         return rows
 
     pool.transitions.claim = claim_then_announce  # type: ignore[method-assign]

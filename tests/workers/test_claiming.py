@@ -14,11 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine
 from atlas_jobs._app.db.queries import CLAIM
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.db.schema import attempts, job_history, jobs
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.lifecycle import JobState
 from atlas_jobs._app.transitions import Transitions
-from atlas_jobs._workers.context import ClaimedJob
 from tests.workers.bulk import BULK_QUEUED
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import eventually, wait_all_terminal

@@ -139,7 +139,7 @@ async def test_a_job_announced_during_a_cooldown_is_claimed_at_its_end(
             )
             assert row.id == taken.job.id
         await until(lambda: asyncio.sleep(0, len(claims)), lambda n: n == idle + 1)
-        await until(lambda: asyncio.sleep(0, pool._cooldown.remaining()), bool)
+        await until(lambda: asyncio.sleep(0, pool.claimer.cooldown.remaining()), bool)
         job_id = await harness.create()  # announced inside the window
         await until(lambda: _succeeded(harness, job_id), bool)
         assert ran == [job_id]
@@ -170,7 +170,7 @@ async def test_a_pool_that_keeps_finding_jobs_never_cools_down(
         for _ in range(5):
             job_id = await harness.create()
             await until(lambda: _succeeded(harness, job_id), bool)  # noqa: B023
-            assert pool._cooldown.remaining() == 0
+            assert pool.claimer.cooldown.remaining() == 0
         assert len(claims) == idle + 5
     finally:
         stop.set()

@@ -68,7 +68,7 @@ class Gate:
 
 
 async def _until_local(pool: WorkerPool, n: int) -> None:
-    await until(lambda: asyncio.sleep(0, len(pool._local)), lambda size: size == n)
+    await until(lambda: asyncio.sleep(0, len(pool.slots.local)), lambda size: size == n)
 
 
 async def test_prefetched_jobs_keep_their_leases_while_they_wait_and_run_once_each(
@@ -89,8 +89,8 @@ async def test_prefetched_jobs_keep_their_leases_while_they_wait_and_run_once_ea
             harness.clock.advance(LEASE * 2 / 3)
             await bounded(pool.heartbeat.beat_once())
         assert await Reaper(harness.engine, harness.transitions).run_once() == 0
-        assert len(pool._local) == 2
-        assert not any(c.lost for c in pool._local.values())
+        assert len(pool.slots.local) == 2
+        assert not any(c.lost for c in pool.slots.local.values())
         gate.open.set()
         await until(lambda: _states(harness, job_ids), lambda states: states == ["succeeded"] * 3)
     finally:
@@ -117,7 +117,7 @@ async def test_a_cancel_seen_for_a_locally_queued_job_stops_it_before_any_work(
     try:
         await bounded(gate.first_started.wait())
         await _until_local(pool, 2)
-        waiting = next(iter(pool._local))
+        waiting = next(iter(pool.slots.local))
         async with harness.engine.begin() as conn:
             await harness.transitions.request_cancel(conn, waiting, actor=OWNER)
         assert (await harness.row(waiting)).state == "cancel_requested"
@@ -157,7 +157,7 @@ async def test_a_locally_queued_job_whose_lease_is_lost_is_dropped_unstarted(
         before = [await harness.snapshot(job_id) for job_id in waiting_ids]
         harness.clock.advance(LEASE + 1)  # no beat in time: every lease is gone
         await bounded(pool.heartbeat.beat_once())
-        assert pool._local == {}
+        assert pool.slots.local == {}
         assert pool.heartbeat.lost_while_alive == 3
     finally:
         stop.set()
@@ -180,9 +180,9 @@ async def test_shutdown_releases_unstarted_prefetched_jobs_uncharged_and_a_secon
     try:
         await bounded(gate.first_started.wait())
         await _until_local(pool, 2)
-        waiting = list(pool._local)
+        waiting = list(pool.slots.local)
         stop.set()
-        await until(lambda: asyncio.sleep(0, pool._stopping), bool)  # the drain began
+        await until(lambda: asyncio.sleep(0, pool.slots.stopping), bool)  # the drain began
         gate.open.set()  # the running job reaches its safe point and is released too
     finally:
         stop.set()
@@ -232,16 +232,16 @@ async def test_a_pool_whose_claim_came_back_short_takes_nothing_ahead_of_the_oth
     task2: asyncio.Task[None] | None = None
     try:
         await bounded(gate.first_started.wait())  # claimed 1 of the 3 it asked for: short
-        assert not pool._busy
-        assert pool._local == {}
+        assert not pool.slots.busy
+        assert pool.slots.local == {}
         second = await harness.create()
         await until(lambda: harness.row(second), lambda row: row.state == "running")
         # Both slots busy now; the claims after it found the queue empty.
-        await until(lambda: asyncio.sleep(0, pool._busy), lambda busy: not busy)
+        await until(lambda: asyncio.sleep(0, pool.slots.busy), lambda busy: not busy)
         later = [await harness.create() for _ in range(3)]
         task2 = asyncio.create_task(pool2.run(stop2))
         await until(lambda: _states(harness, later), lambda states: states == ["succeeded"] * 3)
-        assert pool._local == {}
+        assert pool.slots.local == {}
         assert sorted(other.ran) == sorted(later)  # all went to the pool with free slots
         assert sorted(gate.ran) == sorted([first, second])
     finally:
@@ -311,8 +311,8 @@ async def test_a_job_arriving_alone_costs_one_claim_not_a_second_empty_one(
         await bounded(gate.first_started.wait())
         await asyncio.sleep(5 * settings.poll_interval_seconds)  # polls would claim here
         assert len(claims) == 1, len(claims)  # the slot is busy; nothing more to claim
-        assert not pool._busy
-        assert pool._local == {}
+        assert not pool.slots.busy
+        assert pool.slots.local == {}
         # A backlog: the next claim brings back more than the free slot, and prefetches.
         backlog = [await harness.create() for _ in range(6)]
         gate.open.set()

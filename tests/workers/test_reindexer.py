@@ -137,9 +137,7 @@ async def test_the_sweeper_rebuilds_when_due_and_then_waits_its_interval(
     assert (await sweeper.run_once()).reindexed >= 3
     await _drained_backlog(engine, transitions, KEPT)  # bloated again at once
     assert (await sweeper.run_once()).reindexed == 0  # not due for an hour
-    default = Sweeper(engine, transitions, store).reindexer
-    assert default is not None
-    assert default.min_bytes == 64 * 2**20
+    assert Reindexer(engine).min_bytes == 64 * 2**20  # the default bound
 
 
 async def test_the_pool_takes_the_bounds_from_its_settings_and_zero_turns_it_off(
@@ -155,19 +153,22 @@ async def test_the_pool_takes_the_bounds_from_its_settings_and_zero_turns_it_off
     )
     pools = [
         WorkerPool(s, database_url=database_url, concurrency=1, handlers={})
-        for s in (tuned, base.model_copy(update={"index_rebuild_min_mb": 0}))
+        for s in (tuned, base.model_copy(update={"index_rebuild_min_mb": 0}), base)
     ]
     try:
-        reindexer = pools[0].sweeper.reindexer
+        reindexer = pools[0].maintenance.sweeper.reindexer
         assert reindexer is not None
         assert (reindexer.min_bytes, reindexer.bytes_per_row, reindexer.check_seconds) == (
             2**20,
             300,
             7.5,
         )
-        off = pools[1].sweeper
+        off = pools[1].maintenance.sweeper
         assert off.reindexer is None
         assert (await off.run_once()).reindexed == 0  # a pass without it still runs
+        shipped = pools[2].maintenance.sweeper.reindexer
+        assert shipped is not None
+        assert shipped.min_bytes == 64 * 2**20
     finally:
         for pool in pools:
             await pool.engine.dispose()

@@ -93,7 +93,7 @@ async def test_the_sweeper_vacuums_when_due_and_then_waits_its_interval(
 ) -> None:
     await _churned(engine, transitions)
     vacuumer = Vacuumer(engine, dead_rows=CHURNED, check_seconds=3600)
-    sweeper = Sweeper(engine, transitions, store, reindexer="off", vacuumer=vacuumer)
+    sweeper = Sweeper(engine, transitions, store, vacuumer=vacuumer)
 
     assert (await sweeper.run_once()).vacuumed == 1
     await _churned(engine, transitions)  # past the bound again at once
@@ -110,11 +110,11 @@ async def test_the_pool_takes_the_bound_from_its_settings_and_zero_turns_it_off(
         for s in (tuned, base.model_copy(update={"vacuum_dead_rows": 0}), base)
     ]
     try:
-        vacuumer = pools[0].sweeper.vacuumer
+        vacuumer = pools[0].maintenance.sweeper.vacuumer
         assert vacuumer is not None
         assert (vacuumer.dead_rows, vacuumer.check_seconds) == (1234, 2.5)
-        assert pools[1].sweeper.vacuumer is None
-        shipped = pools[2].sweeper.vacuumer
+        assert pools[1].maintenance.sweeper.vacuumer is None
+        shipped = pools[2].maintenance.sweeper.vacuumer
         assert shipped is not None
         assert shipped.dead_rows == 50_000
     finally:

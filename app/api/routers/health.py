@@ -14,10 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.errors import UnauthorizedError
 from atlas_jobs._app.api.responses import public_problems
-from atlas_jobs._app.api.schemas import Health
 from atlas_jobs._app.db.migrations import SchemaState, schema_status
 from atlas_jobs._app.metrics import REGISTRY as PROCESS_METRICS
 from atlas_jobs._app.metrics import merged_exposition
+from atlas_jobs._app.services.schemas import Health
 
 router = APIRouter(tags=["health"])
 log = structlog.get_logger("atlas.api.health")

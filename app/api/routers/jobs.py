@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
+from atlas_jobs._app.api.answers import answer, settle, status_headers, status_response
 from atlas_jobs._app.api.deps import (
     CurrentPrincipal,
     EngineDep,
@@ -17,24 +18,21 @@ from atlas_jobs._app.api.deps import (
     StateDep,
     api_state,
     bind_job,
-    visible_owner,
+    request_id,
 )
-from atlas_jobs._app.api.errors import JobNotFoundError
 from atlas_jobs._app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
-from atlas_jobs._app.api.jobcreation import create_batch, create_job, needs_transaction
-from atlas_jobs._app.api.longpoll import held_status, unless_client_leaves
-from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS, REQUEST_ID
-from atlas_jobs._app.api.reading import (
-    answer,
-    public_status,
-    public_statuses,
-    read_status_unless_current,
-    settle,
-    status_headers,
-    status_response,
-)
+from atlas_jobs._app.api.longpoll import unless_client_leaves
+from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS
 from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
-from atlas_jobs._app.api.schemas import (
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.services.access import actor_for, visible_owner
+from atlas_jobs._app.services.held_reads import held_status
+from atlas_jobs._app.services.paging import JOB_CURSOR
+from atlas_jobs._app.services.reading import job_history, read_status_unless_current
+from atlas_jobs._app.services.reading import list_jobs as list_job_statuses
+from atlas_jobs._app.services.refusals import Refusal
+from atlas_jobs._app.services.schemas import (
     CancelCreate,
     HistoryPage,
     JobBatchCreate,
@@ -44,17 +42,11 @@ from atlas_jobs._app.api.schemas import (
     JobPage,
     JobPublic,
 )
-from atlas_jobs._app.api.views import (
+from atlas_jobs._app.services.views import (
     etag_matches,
-    history_item,
     job_path,
-    job_status,
     waiting_tag,
 )
-from atlas_jobs._app.apikeys import Principal, Role
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -64,16 +56,6 @@ MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
 _DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
-
-
-def actor_for(principal: Principal) -> Actor:
-    role = "operator" if principal.has(Role.OPERATOR) else "client"
-    return Actor(role, principal.owner)
-
-
-def request_id() -> str | None:
-    """The id of the request being served (``X-Request-ID``), recorded with its moves."""
-    return REQUEST_ID.get()
 
 
 @router.post(
@@ -93,31 +75,19 @@ def request_id() -> str | None:
 async def create(body: JobCreate, request: Request, principal: CurrentPrincipal) -> Any:
     """Accept a job. The 202 is sent only after the job row is committed."""
     state = api_state(request)
-    idempotency_key = IDEMPOTENCY_KEY.read(request)
-    # Answered from the row the creation returned, in the same transaction; a creation
-    # that is one statement runs as its own transaction (no BEGIN/COMMIT round trips).
-    engine = (
-        state.engine if needs_transaction(body, idempotency_key, state.settings) else state.reads
+    created = await state.creation.create_one(
+        principal, body, idempotency_key=IDEMPOTENCY_KEY.read(request), request_id=request_id()
     )
-    async with engine.begin() as conn:
-        created = await create_job(
-            conn,
-            state.transitions,
-            principal,
-            body,
-            idempotency_key=idempotency_key,
-            request_id=request_id(),
-            settings=state.settings,
-        )
-        bind_job(created.job.id)
-        public = await public_status(conn, created.job)
-    found = status_headers(created.job, public=public)
+    if isinstance(created, Refusal):
+        raise created
+    bind_job(created.job.id)
+    found = status_headers(created.job, public=created.status)
     found["Location"] = job_path(created.job.id)
     if created.replayed:
         found["Idempotency-Replayed"] = "true"
     else:
         state.metrics.count_created(created.job.kind)
-    return status_response(public, found, status_code=status.HTTP_202_ACCEPTED)
+    return status_response(created.status, found, status_code=status.HTTP_202_ACCEPTED)
 
 
 @batch_router.post(
@@ -141,36 +111,17 @@ async def create_many(
     true); a key used with another body is 422 and one held by a request in flight is
     409, for the whole batch. Admission counts every new job of the batch. Each item's
     ``links.self`` is its Location."""
-    async with state.engine.begin() as conn:
-        created = await create_batch(
-            conn,
-            state.transitions,
-            principal,
-            body.jobs,
-            request_id=request_id(),
-            settings=state.settings,
-        )
-        publics = await public_statuses(conn, [c.job for c in created])
+    created = await state.creation.create_batch(principal, body.jobs, request_id=request_id())
+    if isinstance(created, Refusal):
+        raise created
     items = [
-        JobBatchItemPublic.model_validate({**dict(public), "replayed": c.replayed})
-        for c, public in zip(created, publics, strict=True)
+        JobBatchItemPublic.model_validate({**dict(c.status), "replayed": c.replayed})
+        for c in created
     ]
     for c in created:
         if not c.replayed:
             state.metrics.count_created(c.job.kind)
     return JobBatchPublic(items=items)
-
-
-CURSOR_PATTERN = r"^c[0-9]{1,18}$"
-
-
-def _parse_cursor(cursor: str | None) -> int | None:
-    """Cursors are opaque to clients; the pattern makes every well-formed one valid."""
-    return None if cursor is None else int(cursor[1:])
-
-
-def _make_cursor(seq: int) -> str:
-    return f"c{seq}"
 
 
 @router.get(
@@ -187,7 +138,7 @@ async def list_jobs(
     kind: Annotated[list[str] | None, Query(description="Filter by kind.", max_length=20)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     cursor: Annotated[
-        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+        str | None, Query(pattern=JOB_CURSOR.pattern, description="next_cursor of the last page.")
     ] = None,
 ) -> JobPage:
     """Newest first, keyset pagination (stable under concurrent inserts)."""
@@ -195,18 +146,11 @@ async def list_jobs(
         owner=principal.owner,
         states=[s.value for s in state or []],
         kinds=kind or [],
-        before_seq=_parse_cursor(cursor),
+        before_seq=JOB_CURSOR.parse(cursor),
         limit=limit,
     )
-    async with api.reads.connect() as conn:
-        rows = await reads.list_jobs(conn, page, now=api.clock.now())
-        shown = rows[:limit]
-        stages = await reads.stages_for(conn, [row.id for row in shown])
-    more = len(rows) > limit
-    return JobPage(
-        items=[job_status(row, stages[row.id]) for row in shown],
-        next_cursor=_make_cursor(shown[-1].seq) if more and shown else None,
-    )
+    listing = await list_job_statuses(api.reads, page, clock=api.clock)
+    return JobPage(items=listing.statuses, next_cursor=listing.next_cursor)
 
 
 def _prefer_wait(prefer: str | None, cap: float) -> int | None:
@@ -353,14 +297,7 @@ async def history(
     """Recorded transitions, oldest first (``seq`` is the SSE event id too), a page at a
     time: ``next_after`` is set while more follow."""
     bind_job(job_id)
-    async with engine.connect() as conn:
-        job = await reads.get_job(conn, job_id, owner=visible_owner(principal))
-        if job is None:
-            raise JobNotFoundError()
-        rows = await reads.history(conn, job_id, after_seq=after, limit=limit + 1)
-    shown = rows[:limit]
-    return HistoryPage(
-        job_id=job_id,
-        items=[history_item(row) for row in shown],
-        next_after=shown[-1].seq if len(rows) > limit else None,
+    items, next_after = await job_history(
+        engine, job_id, owner=visible_owner(principal), after=after, limit=limit
     )
+    return HistoryPage(job_id=job_id, items=items, next_after=next_after)

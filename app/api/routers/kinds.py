@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
-from atlas_jobs._app.api.kinds_view import kinds_public
-from atlas_jobs._app.api.live_workers import refresh_once
 from atlas_jobs._app.api.responses import problems
-from atlas_jobs._app.api.schemas import KindsPublic
+from atlas_jobs._app.services.kinds import kinds_view
+from atlas_jobs._app.services.schemas import KindsPublic
 
 router = APIRouter(prefix="/v1", tags=["kinds"])
 
@@ -26,13 +25,9 @@ async def list_kinds(state: StateDep, principal: CurrentPrincipal) -> KindsPubli
     processes serve it now; versions (and kinds) only live workers serve are listed
     too, not accepted. The counts are this API process's view of the worker registry,
     at most ``ATLAS_LIVE_WORKERS_REFRESH_SECONDS`` old."""
-    live = state.live_workers
-    if live.counts is None:  # the first background read has not answered yet
-        await refresh_once(
-            state.engine,
-            state.clock,
-            live,
-            window_seconds=state.settings.worker_live_window_seconds,
-        )
-    assert live.counts is not None
-    return kinds_public(live.counts)
+    return await kinds_view(
+        state.engine,
+        state.clock,
+        state.live_workers,
+        window_seconds=state.settings.worker_live_window_seconds,
+    )

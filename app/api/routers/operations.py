@@ -12,22 +12,20 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
+from atlas_jobs._app.api.answers import answer, settle
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.reading import answer, settle
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.schemas import (
+from atlas_jobs._app.apikeys import end_sessions
+from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services.queue import queue_view
+from atlas_jobs._app.services.schemas import (
     JobPublic,
     OperatorNote,
-    QueueLinePublic,
     QueuePublic,
-    QueueSchedulePublic,
     SessionsEnd,
     SessionsEnded,
 )
-from atlas_jobs._app.api.views import job_path
-from atlas_jobs._app.apikeys import end_sessions
-from atlas_jobs._app.db import reads, schedules, webhooks
-from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.services.views import job_path
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -57,7 +55,10 @@ async def resume(
     bind_job(job_id)
     async with state.engine.begin() as conn:
         outcome = await state.transitions.resume(
-            conn, job_id, actor=Actor("operator", principal.owner), note=body.note if body else None
+            conn,
+            job_id,
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
+            note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
     return settle(reply)
@@ -85,7 +86,7 @@ async def fail(
             conn,
             job_id,
             decision="fail",
-            actor=Actor("operator", principal.owner),
+            actor=Actor(ActorKind.OPERATOR, principal.owner),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
@@ -119,7 +120,7 @@ async def replay(
         outcome = await state.transitions.replay(
             conn,
             job_id,
-            actor=Actor("operator", principal.owner, key_id=principal.key_id),
+            actor=Actor(ActorKind.OPERATOR, principal.owner, key_id=principal.key_id),
             note=body.note if body else None,
         )
         reply = await answer(conn, outcome, response)
@@ -154,37 +155,4 @@ async def end_ui_sessions(
     responses=problems(403),
 )
 async def queue(state: StateDep, principal: OperatorPrincipal) -> Any:
-    async with state.engine.connect() as conn:
-        lines = await reads.queue_view(conn, state.clock.now())
-        upcoming = await schedules.upcoming(conn, state.clock, limit=100)
-        pending = await webhooks.count_pending(conn)
-    return QueuePublic(
-        schedules=[
-            QueueSchedulePublic(
-                id=s.id,
-                owner=s.owner,
-                name=s.name,
-                kind=s.kind,
-                cron=s.cron,
-                timezone=s.timezone,
-                next_fire_at=s.next_fire_at,
-                last_fire_at=s.last_fire_at,
-                overdue_seconds=float(s.overdue_seconds),
-            )
-            for s in upcoming
-        ],
-        webhooks_pending=pending,
-        lines=[
-            QueueLinePublic(
-                kind=line.kind,
-                kind_version=line.kind_version,
-                state=JobState(line.state),
-                count=line.count,
-                oldest_created_at=line.oldest_created_at,
-                oldest_age_seconds=line.oldest_age_seconds,
-                live_leases=line.live_leases,
-                expired_leases=line.expired_leases,
-            )
-            for line in lines
-        ],
-    )
+    return await queue_view(state.engine, state.clock)

@@ -16,19 +16,18 @@ from fastapi import APIRouter, Path, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
-from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import (
     BadDownloadSignatureError,
     DownloadGoneError,
-    ResultExpiredError,
-    ResultNotReadyError,
 )
-from atlas_jobs._app.api.reading import read_status_once
 from atlas_jobs._app.api.responses import problems, public_problems
-from atlas_jobs._app.api.schemas import DeliveryPublic, ResultPublic
-from atlas_jobs._app.api.views import effective_delivery, result_files, result_publication
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
+from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.results import read_result
+from atlas_jobs._app.services.schemas import ResultPublic
+from atlas_jobs._app.services.views import effective_delivery
 from atlas_jobs._app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
 
 router = APIRouter(prefix="/v1", tags=["results"])
@@ -47,30 +46,15 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
     publishes outside the service (`document.publish`) the destination, the operation
     id and the destination's receipt (`publication`)."""
     bind_job(job_id)
-    job, public = await read_status_once(
-        state.engine, job_id, owner=visible_owner(principal), clock=state.clock
-    )
-    delivery = public.delivery.state
-    if delivery == DeliveryState.EXPIRED:
-        raise ResultExpiredError(
-            "The result's retention passed; the job is still succeeded",
-            state=public.state.value,
-            delivery=delivery.value,
-        )
-    if delivery != DeliveryState.AVAILABLE:
-        raise ResultNotReadyError(
-            f"The job is {public.state.value} with delivery {delivery.value}",
-            state=public.state.value,
-            delivery=delivery.value,
-        )
-    # The base URL is the configured one, never the request's Host header.
-    files = result_files(job, state.signer, principal.key_id, state.settings.public_base_url)
-    return ResultPublic(
-        job_id=job.id,
-        delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
-        files=files,
-        reference={k: v for k, v in (job.result_ref or {}).items() if k != "files"},
-        publication=result_publication(job),
+    return await read_result(
+        state.engine,
+        job_id,
+        owner=visible_owner(principal),
+        clock=state.clock,
+        signer=state.signer,
+        key_id=principal.key_id,
+        # The base URL is the configured one, never the request's Host header.
+        base_url=state.settings.public_base_url,
     )
 
 

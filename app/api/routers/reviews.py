@@ -6,11 +6,12 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
+from atlas_jobs._app.api.answers import answer, settle
 from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import FourEyesError
-from atlas_jobs._app.api.reading import answer, settle
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.schemas import JobPublic, ReviewCreate, ReviewDecision
+from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services.schemas import JobPublic, ReviewCreate, ReviewDecision
 from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
@@ -61,7 +62,7 @@ async def create_review(
                 conn,
                 job_id,
                 approve=body.decision == ReviewDecision.APPROVE,
-                actor=Actor("reviewer", principal.owner, key_id=principal.key_id),
+                actor=Actor(ActorKind.REVIEWER, principal.owner, key_id=principal.key_id),
                 note=body.note,
                 owner=principal.owner if state.settings.review_scope == "owner" else None,
                 four_eyes=four_eyes,

@@ -13,16 +13,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, visible_owner
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
 from atlas_jobs._app.api.errors import (
     ForbiddenError,
     InvalidRequestError,
     ScheduleNotFoundError,
     TooManySchedulesError,
 )
-from atlas_jobs._app.api.jobcreation import concurrency_of, validated_input
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -33,10 +31,8 @@ from atlas_jobs._app.api.schedule_schemas import (
     SchedulePage,
     SchedulePublic,
 )
-from atlas_jobs._app.api.schemas import JobCreateBase, Problem
-from atlas_jobs._app.api.views import job_path
 from atlas_jobs._app.apikeys import Principal, Role
-from atlas_jobs._app.db import schedules, webhooks
+from atlas_jobs._app.db import schedules
 from atlas_jobs._app.scheduling import (
     Cron,
     FireRefusal,
@@ -46,11 +42,19 @@ from atlas_jobs._app.scheduling import (
     check_interval,
     parse,
 )
+from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.creation import (
+    check_notify_target,
+    concurrency_of,
+    validated_input,
+)
+from atlas_jobs._app.services.paging import SCHEDULE_CURSOR, fetch_size, page_of
+from atlas_jobs._app.services.schemas import JobCreateBase, Problem
+from atlas_jobs._app.services.views import job_path
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 MAX_PAGE = 100
-CURSOR_PATTERN = r"^s[0-9]{1,18}$"
 # RFC 3339 with the years an instant can have here (0001-9999: year 0000 matched before
 # and was 422). What a pattern cannot say -- a day the month lacks (2026-02-30) -- is 422
 # naming query.before.
@@ -142,21 +146,6 @@ def _instant(value: str) -> datetime | None:
         return None if parsed.year == datetime.max.year else datetime.min.replace(tzinfo=UTC)
 
 
-async def _check_notify(conn: AsyncConnection, owner: str, job: JobCreateBase) -> None:
-    """The schedule's jobs may notify only an endpoint of the schedule's owner."""
-    if job.notify is not None and not await webhooks.owned(conn, owner, [job.notify]):
-        raise InvalidRequestError(
-            "notify names no webhook endpoint of this owner",
-            errors=[
-                {
-                    "loc": ["body", "job", "notify"],
-                    "msg": "unknown webhook endpoint",
-                    "type": "unknown_webhook",
-                }
-            ],
-        )
-
-
 def _owner_for(principal: Principal, requested: str | None) -> str:
     if requested is None or requested == principal.owner:
         return principal.owner
@@ -221,7 +210,7 @@ async def create_schedule(
         overlap=body.overlap,
     )
     async with state.engine.begin() as conn:
-        await _check_notify(conn, owner, body.job)
+        await check_notify_target(conn, owner, body.job.notify, ("body", "job"))
         row = await schedules.insert(
             conn,
             spec,
@@ -257,7 +246,8 @@ async def list_schedules(
     enabled: Annotated[bool | None, Query(description="Only enabled (or disabled) ones.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     cursor: Annotated[
-        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+        str | None,
+        Query(pattern=SCHEDULE_CURSOR.pattern, description="next_cursor of the last page."),
     ] = None,
 ) -> SchedulePage:
     """Newest first. Each shows its next and last tick: the operator's view of triggers."""
@@ -266,13 +256,13 @@ async def list_schedules(
             conn,
             owner=visible_owner(principal),
             enabled=enabled,
-            before_seq=None if cursor is None else int(cursor[1:]),
-            limit=limit + 1,
+            before_seq=SCHEDULE_CURSOR.parse(cursor),
+            limit=fetch_size(limit),
         )
-    shown = rows[:limit]
+    found = page_of(rows, limit)
     return SchedulePage(
-        items=[_public(row) for row in shown],
-        next_cursor=f"s{shown[-1].seq}" if len(rows) > limit and shown else None,
+        items=[_public(row) for row in found.shown],
+        next_cursor=SCHEDULE_CURSOR.after(found, lambda row: row.seq),
     )
 
 
@@ -324,7 +314,7 @@ async def change_schedule(
             current = await schedules.get(conn, schedule_id, owner=owner)
             if current is None:
                 raise ScheduleNotFoundError()
-            await _check_notify(conn, current.owner, body.job)
+            await check_notify_target(conn, current.owner, body.job.notify, ("body", "job"))
         if body.cron is not None or body.timezone is not None:
             current = await schedules.get(conn, schedule_id, owner=owner)
             if current is None:
@@ -384,9 +374,9 @@ async def schedule_fires(
             conn,
             schedule_id,
             before=None if before is None else _instant(before),
-            limit=limit + 1,
+            limit=fetch_size(limit),
         )
-    shown = rows[:limit]
+    found = page_of(rows, limit)
     return ScheduleFirePage(
         items=[
             ScheduleFirePublic(
@@ -396,7 +386,7 @@ async def schedule_fires(
                 recorded_at=row.created_at,
                 refusal=FireRefusal(row.refusal) if row.refusal else None,
             )
-            for row in shown
+            for row in found.shown
         ],
-        next_before=shown[-1].fire_at if len(rows) > limit and shown else None,
+        next_before=found.next(lambda row: row.fire_at),
     )

@@ -21,6 +21,7 @@ from atlas_jobs._app.api.scheduling_schemas import (
 )
 from atlas_jobs._app.db import scheduling_settings
 from atlas_jobs._app.fairness import JOB_KEY_PATTERN
+from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/scheduling", tags=["scheduling"])
@@ -80,7 +81,7 @@ async def set_owner_share(
             conn,
             owner,
             body.share,
-            actor=str(Actor("operator", principal.owner)),
+            actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
             note=body.note,
         )
     return _share(row)
@@ -108,7 +109,7 @@ async def set_key(
                 None if body.rate is None else body.rate.starts,
                 None if body.rate is None else body.rate.per_seconds,
             ),
-            actor=str(Actor("operator", principal.owner)),
+            actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
             note=body.note,
         )
     return _key(row)

@@ -14,11 +14,11 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
-from atlas_jobs._app.api.reading import problem_for
+from atlas_jobs._app.api.answers import problem_for
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.routers.jobs import actor_for
-from atlas_jobs._app.api.schemas import SignalCreate, SignalPublic
+from atlas_jobs._app.services.access import actor_for, visible_owner
+from atlas_jobs._app.services.schemas import SignalCreate, SignalPublic
 from atlas_jobs._app.transitions import Rejected
 
 router = APIRouter(prefix="/v1/jobs", tags=["signals"])

@@ -9,10 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job, visible_owner
+from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.errors import InvalidRequestError, JobNotFoundError, WebhookNotFoundError
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.schemas import Problem
 from atlas_jobs._app.api.webhook_schemas import (
     NotificationPage,
     NotificationPublic,
@@ -24,12 +23,14 @@ from atlas_jobs._app.api.webhook_schemas import (
 from atlas_jobs._app.apikeys import Role
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.paging import WEBHOOK_CURSOR, fetch_size, page_of
+from atlas_jobs._app.services.schemas import Problem
 from atlas_jobs._app.webhooks import UnsafeUrlError, check_url, new_secret
 
 router = APIRouter(prefix="/v1", tags=["webhooks"])
 
 MAX_PAGE = 100
-CURSOR_PATTERN = r"^w[0-9]{1,18}$"
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {
         "model": Problem,
@@ -102,20 +103,21 @@ async def list_webhooks(
     principal: CurrentPrincipal,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     cursor: Annotated[
-        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+        str | None,
+        Query(pattern=WEBHOOK_CURSOR.pattern, description="next_cursor of the last page."),
     ] = None,
 ) -> WebhookPage:
     async with state.engine.connect() as conn:
         rows = await store.page(
             conn,
             owner=visible_owner(principal),
-            before_seq=None if cursor is None else int(cursor[1:]),
-            limit=limit + 1,
+            before_seq=WEBHOOK_CURSOR.parse(cursor),
+            limit=fetch_size(limit),
         )
-    shown = rows[:limit]
+    found = page_of(rows, limit)
     return WebhookPage(
-        items=[_public(row) for row in shown],
-        next_cursor=f"w{shown[-1].seq}" if len(rows) > limit and shown else None,
+        items=[_public(row) for row in found.shown],
+        next_cursor=WEBHOOK_CURSOR.after(found, lambda row: row.seq),
     )
 
 

@@ -2187,13 +2187,6 @@ WITH lanes AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS c
      LIMIT :limit
-), picked AS (
-    SELECT c.id
-      FROM (SELECT c.id, c.concurrency_key,
-                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
-              FROM candidates AS c) AS c
-      LEFT JOIN keys AS k ON k.key = c.concurrency_key
-     WHERE c.concurrency_key = '' OR c.nth <= k.room
 ), visited AS (
     SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
            GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
@@ -2219,35 +2212,38 @@ WITH lanes AS MATERIALIZED (
            = (v.owner, v.kind, v.kind_version, v.concurrency_key)
      WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
            = (h.owner, h.kind, h.kind_version, h.concurrency_key)
-), claimed AS (
+), picked AS (
+    SELECT c.id
+      FROM (SELECT c.id, c.concurrency_key,
+                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
+              FROM candidates AS c) AS c
+      LEFT JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.concurrency_key = '' OR c.nth <= k.room
+), moved AS (
     UPDATE jobs AS j
-       SET state = 'running',
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           state = 'running',
            reason = 'claimed',
-           attempt = j.attempt + 1,
-           charged_attempts = j.charged_attempts + 1,
-           current_attempt_id = atlas_uuid_v7(),
-           worker_id = :worker_id,
-           lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds),
-           heartbeat_at = (now() + make_interval(secs => :clock_offset)),
-           version = j.version + 1,
-           updated_at = (now() + make_interval(secs => :clock_offset))
+           lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds), heartbeat_at = (now() + make_interval(secs => :clock_offset)),
+           attempt = j.attempt + 1, charged_attempts = j.charged_attempts + 1, current_attempt_id = atlas_uuid_v7(), worker_id = :worker_id
       FROM picked
      WHERE j.id = picked.id AND j.state = 'queued'
  RETURNING j.*
 ), opened AS (
     INSERT INTO attempts (id, job_id, number, worker_id, claimed_at, lease_expires_at,
                           heartbeat_at, outcome)
-    SELECT current_attempt_id, id, attempt, worker_id, updated_at, lease_expires_at,
+    SELECT current_attempt_id, id, attempt, worker_id, (now() + make_interval(secs => :clock_offset)), lease_expires_at,
            heartbeat_at, 'running'
-      FROM claimed
+      FROM moved
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              attempt_id)
-    SELECT id, updated_at, 'claim', 'queued', 'running', 'claimed', :actor,
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'claim', 'queued', state, reason, CAST(:actor AS text),
            current_attempt_id
-      FROM claimed
+      FROM moved
 )
-SELECT *, (now() + make_interval(secs => :clock_offset)) AS observed_at FROM claimed ORDER BY seq;
+SELECT *, (now() + make_interval(secs => :clock_offset)) AS observed_at FROM moved ORDER BY seq;
 
 -- name: claim_to_run
 -- claim_to_run: the same claim, answering only what a worker needs to start each attempt.
@@ -2300,13 +2296,6 @@ WITH lanes AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS c
      LIMIT :limit
-), picked AS (
-    SELECT c.id
-      FROM (SELECT c.id, c.concurrency_key,
-                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
-              FROM candidates AS c) AS c
-      LEFT JOIN keys AS k ON k.key = c.concurrency_key
-     WHERE c.concurrency_key = '' OR c.nth <= k.room
 ), visited AS (
     SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
            GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
@@ -2332,35 +2321,38 @@ WITH lanes AS MATERIALIZED (
            = (v.owner, v.kind, v.kind_version, v.concurrency_key)
      WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
            = (h.owner, h.kind, h.kind_version, h.concurrency_key)
-), claimed AS (
+), picked AS (
+    SELECT c.id
+      FROM (SELECT c.id, c.concurrency_key,
+                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
+              FROM candidates AS c) AS c
+      LEFT JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.concurrency_key = '' OR c.nth <= k.room
+), moved AS (
     UPDATE jobs AS j
-       SET state = 'running',
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           state = 'running',
            reason = 'claimed',
-           attempt = j.attempt + 1,
-           charged_attempts = j.charged_attempts + 1,
-           current_attempt_id = atlas_uuid_v7(),
-           worker_id = :worker_id,
-           lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds),
-           heartbeat_at = (now() + make_interval(secs => :clock_offset)),
-           version = j.version + 1,
-           updated_at = (now() + make_interval(secs => :clock_offset))
+           lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds), heartbeat_at = (now() + make_interval(secs => :clock_offset)),
+           attempt = j.attempt + 1, charged_attempts = j.charged_attempts + 1, current_attempt_id = atlas_uuid_v7(), worker_id = :worker_id
       FROM picked
      WHERE j.id = picked.id AND j.state = 'queued'
  RETURNING j.*
 ), opened AS (
     INSERT INTO attempts (id, job_id, number, worker_id, claimed_at, lease_expires_at,
                           heartbeat_at, outcome)
-    SELECT current_attempt_id, id, attempt, worker_id, updated_at, lease_expires_at,
+    SELECT current_attempt_id, id, attempt, worker_id, (now() + make_interval(secs => :clock_offset)), lease_expires_at,
            heartbeat_at, 'running'
-      FROM claimed
+      FROM moved
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              attempt_id)
-    SELECT id, updated_at, 'claim', 'queued', 'running', 'claimed', :actor,
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'claim', 'queued', state, reason, CAST(:actor AS text),
            current_attempt_id
-      FROM claimed
+      FROM moved
 )
-SELECT id, current_attempt_id, attempt, charged_attempts, max_attempts, max_elapsed_seconds, kind, kind_version, owner, input, state, updated_at, available_at FROM claimed ORDER BY seq;
+SELECT id, current_attempt_id, attempt, charged_attempts, max_attempts, max_elapsed_seconds, kind, kind_version, owner, input, state, updated_at, available_at FROM moved ORDER BY seq;
 
 -- name: lock_for_publication
 -- lock_for_publication: the job row lock publication takes before publish, while the attempt holds a live lease (the states are publish's sources).

@@ -1,0 +1,39 @@
+"""Whether an exception means the database cannot be reached right now (an outage, not
+a bug): the API answers it 503 + Retry-After, a feed reports it to its readers."""
+
+from __future__ import annotations
+
+# SQLSTATE classes and codes that mean "the server is not there for us right now":
+# 08 connection exception; 57P01 admin_shutdown, 57P02 crash_shutdown,
+# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections;
+# 25006 read_only_sql_transaction (the node was demoted to a standby, or is read-only
+# during a failover: the engine drops that connection and the retry finds the primary).
+_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "25006"})
+# asyncpg's own classes for "no usable server": none of the hosts of a multi-host URL
+# matches target_session_attrs (every one is a standby, or read-only, mid-failover).
+_UNAVAILABLE_CLASSES = frozenset(
+    {"ConnectionDoesNotExistError", "CannotConnectNowError", "TargetServerAttributeNotMatched"}
+)
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached (as opposed to a bug or a
+    query the database refused): a refused or reset connection, a connection the
+    server closed, a connection-class SQLSTATE, or the pool's wait timing out."""
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+    if isinstance(exc, PoolTimeoutError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        original = exc.orig
+        cause = getattr(original, "__cause__", None) or original
+        if isinstance(cause, ConnectionError | TimeoutError):
+            return True
+        sqlstate = str(getattr(cause, "sqlstate", None) or getattr(original, "pgcode", "") or "")
+        if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
+            return True
+        return type(cause).__name__ in _UNAVAILABLE_CLASSES
+    return type(exc).__name__ in _UNAVAILABLE_CLASSES

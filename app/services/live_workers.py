@@ -1,0 +1,102 @@
+"""What this API process knows of the live worker processes, refreshed in the background.
+
+One task per API process reads :func:`atlas_jobs._app.db.reads.live_workers` (one
+statement over the worker registry's few rows) every
+``ATLAS_LIVE_WORKERS_REFRESH_SECONDS`` and keeps the answer, the way the metrics
+sampler keeps the queue gauges. A status body (:func:`atlas_jobs._app.services.views.waiting_for`)
+and ``GET /v1/kinds`` read the kept answer: no status read ever queries the registry,
+and what they say is at most one refresh old. Until the first read has answered, nothing
+is known and no job is said to wait for a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+
+log = structlog.get_logger("atlas.api.live_workers")
+
+READ_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(eq=False)
+class LiveWorkers:
+    """The last read: live worker processes per ``kind@version`` key (``None`` before
+    the first read answered)."""
+
+    counts: Mapping[str, int] | None = None
+    read_at: float | None = None  # time.monotonic() of the last successful read
+    scheduling: reads.SchedulingView | None = None
+    """The claim's lanes and full keys as last read (why a queued job waits)."""
+    _ranks: dict[reads.Lane, int] = field(default_factory=dict)
+
+    def adopt(self, view: reads.SchedulingView) -> None:
+        """Keep ``view`` and each lane's rank (lanes served before it)."""
+        self._ranks = {lane: rank for rank, (lane, _) in enumerate(view.lanes)}
+        self.scheduling = view
+
+    def lanes_ahead(self, lane: reads.Lane) -> int | None:
+        """How many lanes take their turn before ``lane`` (``None``: not seen)."""
+        return self._ranks.get(lane)
+
+    def serving(self, key: str) -> int | None:
+        """Live workers serving ``key``; ``None`` while nothing is known."""
+        if self.counts is None:
+            return None
+        return self.counts.get(key, 0)
+
+
+_installed: list[LiveWorkers] = []
+
+
+def install(live: LiveWorkers) -> None:
+    """Make ``live`` what this process's status bodies read (the app's lifespan)."""
+    _installed.append(live)
+
+
+def uninstall(live: LiveWorkers) -> None:
+    if live in _installed:
+        _installed.remove(live)
+
+
+def current() -> LiveWorkers | None:
+    """The process's live-worker snapshot (the newest installed), if an API runs here."""
+    return _installed[-1] if _installed else None
+
+
+async def refresh_once(
+    engine: AsyncEngine, clock: Clock, live: LiveWorkers, *, window_seconds: float
+) -> None:
+    async with asyncio.timeout(READ_TIMEOUT_SECONDS), engine.connect() as conn:
+        counts = await reads.live_workers(conn, clock.now(), window_seconds=window_seconds)
+        view = await reads.scheduling_view(conn, clock.now())
+    live.counts = MappingProxyType(counts)
+    live.adopt(view)
+    live.read_at = time.monotonic()
+
+
+async def run_refresher(
+    engine: AsyncEngine,
+    clock: Clock,
+    live: LiveWorkers,
+    *,
+    every_seconds: float,
+    window_seconds: float,
+) -> None:
+    """Refresh until cancelled; a failed read keeps the previous answer and logs one
+    warning (a database that cannot answer this cannot answer a status read either)."""
+    while True:
+        try:
+            await refresh_once(engine, clock, live, window_seconds=window_seconds)
+        except Exception as exc:
+            log.warning("live_workers.read_failed", error_class=type(exc).__name__)
+        await asyncio.sleep(every_seconds)

@@ -407,8 +407,8 @@ def selected_writes(name: TransitionName, selection: str, *, lead: str = "") -> 
     rows, in which order), and ``lead`` the CTEs it reads (the claim's lanes and keys,
     and the write that moves the visited lanes back): both are the caller's. Everything
     after it comes from the declaration, as in :func:`statement`: ``moved`` (the
-    ``UPDATE`` of its one source state; under READ COMMITTED a row changed since it was picked is re-checked and
-    drops out), ``opened`` (the new attempt's row, :attr:`Effect.OPEN_ATTEMPT`) and
+    ``UPDATE`` of its one source state; under READ COMMITTED a row changed since it was
+    picked is re-checked and drops out), ``opened`` (the new attempt's row, :attr:`Effect.OPEN_ATTEMPT`) and
     ``recorded`` (one history row per moved job)."""
     spec = TRANSITIONS[name]
     [source] = spec.sources

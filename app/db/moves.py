@@ -408,8 +408,8 @@ def selected_writes(name: TransitionName, selection: str, *, lead: str = "") -> 
     and the write that moves the visited lanes back): both are the caller's. Everything
     after it comes from the declaration, as in :func:`statement`: ``moved`` (the
     ``UPDATE`` of its one source state; under READ COMMITTED a row changed since it was
-    picked is re-checked and drops out), ``opened`` (the new attempt's row, :attr:`Effect.OPEN_ATTEMPT`) and
-    ``recorded`` (one history row per moved job)."""
+    picked is re-checked and drops out), ``opened`` (the new attempt's row,
+    :attr:`Effect.OPEN_ATTEMPT`) and ``recorded`` (one history row per moved job)."""
     spec = TRANSITIONS[name]
     [source] = spec.sources
     sets = ",\n           ".join(_sets(spec, source=source))

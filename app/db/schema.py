@@ -177,6 +177,8 @@ JOB_STATUS_COLUMNS = tuple(
         "delivery_state",
         "delivery_expires_at",
         "replay_of",
+        # A queued job's lane (owner, kind@version, concurrency key) and its priority:
+        # what ``waiting_for`` looks up in the API's view of the claim's lanes and keys.
         "owner",
         "priority",
         "concurrency_key",

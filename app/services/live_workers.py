@@ -78,10 +78,10 @@ async def refresh_once(
 ) -> None:
     async with asyncio.timeout(READ_TIMEOUT_SECONDS), engine.connect() as conn:
         counts = await reads.live_workers(conn, clock.now(), window_seconds=window_seconds)
-        view = await reads.scheduling_view(conn, clock.now())
-    live.counts = MappingProxyType(counts)
-    live.adopt(view)
-    live.read_at = time.monotonic()
+        # The workers first: what no_worker needs is known before the lanes are read.
+        live.counts = MappingProxyType(counts)
+        live.read_at = time.monotonic()
+        live.adopt(await reads.scheduling_view(conn, clock.now()))
 
 
 async def run_refresher(

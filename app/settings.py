@@ -63,6 +63,23 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
     )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
+    bulk_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often each worker process looks for bulk operations."
+    )
+    bulk_batch_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Jobs a bulk operation acts on per transaction (one batch).",
+    )
+    bulk_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "How long a worker holds a running bulk operation without finishing a batch; "
+            "after that (its process died) another worker takes it over."
+        ),
+    )
     claim_cooldown_seconds: float = Field(
         default=0.1,
         ge=0,

@@ -67,6 +67,8 @@ Knobs (environment variables, defaults in brackets):
   skipped when nothing beyond the baseline fits -- and a stage also stops at the
   deadline itself, at a chunk's or batch's end. The JSON and the table then name the
   size reached and the one asked.
+- ``BENCH_SEARCH_SMALL`` [10000], ``BENCH_SEARCH_LARGE`` [1000000], ``BENCH_SEARCH_READS``
+  [50], ``BENCH_BULK_JOBS`` [10000]: the operators section (:mod:`benchmarks.operators`).
 - ``BENCH_RESULTS_DIR`` [``benchmarks/results``]; ``BENCH_KEEP_DATABASES`` [unset]: set to
   1 to keep the databases for inspection.
 """
@@ -114,6 +116,7 @@ from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from atlas_jobs._workers.handlers import registry
+from benchmarks import operators
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
 
@@ -161,9 +164,10 @@ class Knobs:
     @classmethod
     def from_environment(cls) -> Knobs:
         sections = tuple(
-            s.strip() for s in os.environ.get("BENCH_SECTIONS", "http,kinds,claim,bloat").split(",")
+            s.strip()
+            for s in os.environ.get("BENCH_SECTIONS", "http,kinds,claim,bloat,operators").split(",")
         )
-        unknown = set(sections) - {"http", "kinds", "claim", "bloat"}
+        unknown = set(sections) - {"http", "kinds", "claim", "bloat", "operators"}
         if unknown:
             raise SystemExit(f"BENCH_SECTIONS: unknown section(s) {sorted(unknown)}")
         return cls(
@@ -1010,6 +1014,33 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                     "met": pair["ratio"] >= goal,
                 }
             )
+    ops = results.get("operators")
+    if ops:
+        search = ops["search"]
+        for name, ratio in search["ratios"].items():
+            if name == "primary_key_read":
+                continue
+            rows.append(
+                {
+                    "figure": f"search page {name}: {search['large']:,} / {search['small']:,} jobs",
+                    "measured": f"{search['p50_ms_large'][name]:.2f} ms",
+                    "baseline": f"{search['p50_ms_small'][name]:.2f} ms",
+                    "ratio": ratio,
+                    "goal": "<= 2.00",
+                    "met": ratio <= 2.0,
+                }
+            )
+        resume = ops["bulk_resume"]
+        rows.append(
+            {
+                "figure": f"bulk resume of {resume['jobs']:,} unresolved jobs / drain rate",
+                "measured": f"{resume['bulk_resume_jobs_per_sec']:.0f} jobs/s",
+                "baseline": f"{resume['drain_jobs_per_sec']:.0f} jobs/s",
+                "ratio": resume["ratio"],
+                "goal": ">= 0.50",
+                "met": resume["ratio"] >= 0.5,
+            }
+        )
     kinds = results.get("kinds")
     if kinds:
         drains, pickups = kinds["drain_jobs_per_sec"], kinds["pickup_p50_ms"]
@@ -1158,7 +1189,32 @@ async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
         results["claim"] = await section_claim(base_url, knobs, run_id, budget)
     if "bloat" in knobs.sections:
         results["bloat"] = await section_bloat(base_url, knobs, run_id, budget)
+    if "operators" in knobs.sections:
+        results["operators"] = await section_operators(base_url, knobs, run_id)
     return results
+
+
+async def section_operators(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
+    """Search pages at two table sizes, and a bulk resume against the drain rate
+    (:mod:`benchmarks.operators`), each on a database of its own."""
+    found: dict[str, Any] = {}
+    async with (
+        scratch_database(base_url, f"atlas_bench_search_s_{run_id}", knobs.keep_databases) as small,
+        scratch_database(base_url, f"atlas_bench_search_l_{run_id}", knobs.keep_databases) as large,
+    ):
+        found["search"] = await operators.search(
+            small,
+            large,
+            small=_int("BENCH_SEARCH_SMALL", 10_000),
+            large=_int("BENCH_SEARCH_LARGE", 1_000_000),
+            reads_n=_int("BENCH_SEARCH_READS", 50),
+        )
+    async with scratch_database(
+        base_url, f"atlas_bench_bulk_{run_id}", knobs.keep_databases
+    ) as url:
+        found["bulk_resume"] = await operators.bulk_resume(url, n=_int("BENCH_BULK_JOBS", 10_000))
+    log(f"[bench] operators: {found}")
+    return found
 
 
 def main() -> None:

@@ -115,6 +115,16 @@ class WebhookNotFoundError(ApiError):
     status, slug, title = 404, "webhook-not-found", "No such webhook endpoint"
 
 
+class BulkOperationNotFoundError(ApiError):
+    status, slug, title = 404, "bulk-operation-not-found", "No such bulk operation"
+
+
+class BulkOperationEndedError(ApiError):
+    """A cancel of a bulk operation that has ended (``state`` says how)."""
+
+    status, slug, title = 409, "bulk-operation-ended", "The bulk operation has ended"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 

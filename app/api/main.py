@@ -31,6 +31,7 @@ from atlas_jobs._app.api.openapi_doc import install_openapi
 from atlas_jobs._app.api.paths import route_template
 from atlas_jobs._app.api.queue_sampler import run_sampler
 from atlas_jobs._app.api.routers import (
+    bulk_operations,
     events,
     health,
     jobs,
@@ -171,6 +172,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         signals.router,
         operations.router,
         scheduling.router,
+        bulk_operations.router,
         kinds.router,
         schedules.router,
         webhooks.router,

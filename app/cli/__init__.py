@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from atlas_jobs._app.cli.bulk import bulk_app
 from atlas_jobs._app.cli.client import client_app, register_client_verbs
 from atlas_jobs._app.cli.keys import keys_app
 from atlas_jobs._app.cli.schedules import schedules_app
@@ -32,6 +33,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(scheduling_app, name="scheduling")
+app.add_typer(bulk_app, name="bulk")
 app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(client_app, name="client", hidden=True)
 register_client_verbs(app)

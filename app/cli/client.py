@@ -115,6 +115,10 @@ def submit(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Jobs per batch request with --from-file.")
     ] = 100,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="A key=value tag to find the job by (repeatable; not secret)."),
+    ] = None,
     as_json: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
@@ -142,7 +146,7 @@ def submit(
         _say("--input must be a JSON object")
         raise typer.Exit(EXIT_USAGE)
     with _connected(url, api_key) as client:
-        created = client.submit(kind, job_input, idempotency_key=idempotency_key)
+        created = client.submit(kind, job_input, idempotency_key=idempotency_key, tags=tag or ())
     if as_json:
         _print_json(created)
         return
@@ -166,32 +170,105 @@ def status(
         typer.echo(line)
 
 
+StatesOption = Annotated[
+    list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable).")
+]
+KindsOption = Annotated[
+    list[str] | None, typer.Option("--kind", help="Only jobs of this kind (repeatable).")
+]
+TagsOption = Annotated[
+    list[str] | None,
+    typer.Option("--tag", help="Only jobs with this key=value tag (repeatable: all)."),
+]
+OwnersOption = Annotated[
+    list[str] | None,
+    typer.Option("--owner", help="Operators: only this owner's jobs (repeatable)."),
+]
+ReasonsOption = Annotated[
+    list[str] | None, typer.Option("--reason", help="Only jobs with this reason (repeatable).")
+]
+ErrorCodesOption = Annotated[
+    list[str] | None,
+    typer.Option("--error-code", help="Only jobs whose (last) error has this code (repeatable)."),
+]
+TimeOption = Annotated[
+    str | None, typer.Option(help="An ISO 8601 time with its zone (2026-12-01T09:00:00Z).")
+]
+
+
+def search_filters(
+    *,
+    state: list[str] | None = None,
+    kind: list[str] | None = None,
+    tag: list[str] | None = None,
+    owner: list[str] | None = None,
+    reason: list[str] | None = None,
+    error_code: list[str] | None = None,
+    created_after: str | None = None,
+    created_before: str | None = None,
+    finished_after: str | None = None,
+    finished_before: str | None = None,
+) -> dict[str, Any]:
+    """The search fields given (``GET /v1/jobs`` names), as a filter document."""
+    given: dict[str, Any] = {
+        "state": state,
+        "kind": kind,
+        "tag": tag,
+        "owner": owner,
+        "reason": reason,
+        "error_code": error_code,
+        "created_after": created_after,
+        "created_before": created_before,
+        "finished_after": finished_after,
+        "finished_before": finished_before,
+    }
+    return {name: value for name, value in given.items() if value}
+
+
 def list_jobs(
-    state: Annotated[
-        list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable).")
-    ] = None,
-    kind: Annotated[
-        list[str] | None, typer.Option("--kind", help="Only jobs of this kind (repeatable).")
-    ] = None,
+    state: StatesOption = None,
+    kind: KindsOption = None,
+    tag: TagsOption = None,
+    owner: OwnersOption = None,
+    reason: ReasonsOption = None,
+    error_code: ErrorCodesOption = None,
+    created_after: TimeOption = None,
+    created_before: TimeOption = None,
+    finished_after: TimeOption = None,
+    finished_before: TimeOption = None,
     limit: Annotated[int, typer.Option(min=1, max=100, help="Jobs per page.")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Continue after a previous page.")] = None,
     as_json: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """List your jobs, newest first: id, kind, state and label."""
+    """Search jobs, newest first: id, owner, kind, state and label. Your own jobs;
+    operators every owner's (``--owner`` narrows it)."""
+    filters = search_filters(
+        state=state,
+        kind=kind,
+        tag=tag,
+        owner=owner,
+        reason=reason,
+        error_code=error_code,
+        created_after=created_after,
+        created_before=created_before,
+        finished_after=finished_after,
+        finished_before=finished_before,
+    )
     with _connected(url, api_key) as client:
-        page = client.list_jobs(states=state, kinds=kind, limit=limit, cursor=cursor)
+        page = client.list_jobs(limit=limit, cursor=cursor, filters=filters)
     if as_json:
         _print_json(page)
         return
     for job in page["items"]:
         label = present_status(job).label
-        typer.echo(f"{job['id']}  {job['kind']:<16} {job['state']:<16} {label}")
+        tags = f"  [{' '.join(job.get('tags') or [])}]" if job.get("tags") else ""
+        typer.echo(f"{job['id']}  {job['kind']:<16} {job['state']:<16} {label}{tags}")
     if not page["items"]:
         _say("no jobs")
     if page.get("next_cursor"):
-        _say(f"more: atlas-jobs list --cursor {page['next_cursor']}")
+        _say(f"more: atlas-jobs list ... --cursor {page['next_cursor']}")
 
 
 def history(

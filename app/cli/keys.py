@@ -58,12 +58,20 @@ def create(
             "compares holders, whichever of their keys they use."
         ),
     ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            help="Operators: the kinds this key may act on in bulk operations (repeatable; "
+            "default: every kind). Jobs of other kinds are skipped, never touched.",
+        ),
+    ] = None,
 ) -> None:
     """Create a key and print it once. Only its SHA-256 hash is stored."""
     roles = role or [Role.CLIENT]
 
     async def action(conn: AsyncConnection) -> str:
-        return await create_key(conn, owner=owner, roles=roles, holder=holder)
+        return await create_key(conn, owner=owner, roles=roles, holder=holder, kinds=kind)
 
     try:
         key = _in_transaction(action)

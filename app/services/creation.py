@@ -65,6 +65,8 @@ from atlas_jobs._app.services.refusals import (
 )
 from atlas_jobs._app.services.schemas import JobCreateBase, JobPublic
 from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.tags import first_repeat
+from atlas_jobs._app.tags import normalized as normalized_tags
 from atlas_jobs._app.transitions import KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
 
@@ -313,15 +315,19 @@ def fingerprint(
     kind: str,
     normalized_input: dict[str, Any],
     notify: uuid.UUID | None = None,
+    tags: Sequence[str] = (),
     *,
     priority: int | None = None,
     concurrency_key: str | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    whom it notifies when it does, and the priority and key it was asked with)."""
+    whom it notifies when it does, its tags, sorted, and the priority and key it was
+    asked with)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
+    if tags:
+        document["tags"] = list(tags)
     if priority is not None:
         document["priority"] = priority
     if concurrency_key is not None:
@@ -357,9 +363,27 @@ def concurrency_of(
     return fairness.job_key(spec.concurrency_key, named), spec.concurrency_limit
 
 
+def checked_tags(body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)) -> tuple[str, ...]:
+    """The body's tags as stored (sorted), or a 422 naming the first repeated one."""
+    repeat = first_repeat(body.tags)
+    if repeat is not None:
+        raise InvalidRequest(
+            "A job's tags are a set: a tag appears twice",
+            errors=[
+                {
+                    "loc": [str(part) for part in (*loc, "tags", repeat)],
+                    "msg": "repeated tag",
+                    "type": "tag_repeated",
+                }
+            ],
+        )
+    return normalized_tags(body.tags)
+
+
 def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
     key, limit = concurrency_of(spec, request.body.concurrency_key, request.loc)
+    tags = checked_tags(request.body, request.loc)
     new = NewJob(
         owner=owner,
         kind=spec.name,
@@ -372,6 +396,7 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         priority=request.body.priority,
         concurrency_key=key,
         concurrency_limit=limit,
+        tags=tags,
         traceparent=tracing.current_traceparent(),
     )
     digest = (
@@ -381,6 +406,7 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
             spec.name,
             normalized,
             request.body.notify,
+            tags,
             priority=request.body.priority,
             concurrency_key=request.body.concurrency_key,
         )

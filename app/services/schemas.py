@@ -34,6 +34,7 @@ from atlas_jobs._app.lifecycle import (
     TransitionName,
     WaitingReason,
 )
+from atlas_jobs._app.tags import MAX_TAGS, Tag
 
 
 class StrictModel(BaseModel):
@@ -79,6 +80,17 @@ class JobCreateBase(StrictModel):
             "at most the kind's limit of jobs of one key run at once. A kind without "
             "per-job keys refuses it (422)."
         ),
+    )
+    tags: list[Tag] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description=(
+            f"Up to {MAX_TAGS} `key=value` labels to find the job by (`GET /v1/jobs?tag=`). "
+            "Tags are never confidential: operators and reviewers see them across owners, "
+            "and they appear in listings and logs. Keys: letters, digits, `_ . -`; a job's "
+            "tags are a set (a repeat is 422) and are returned sorted."
+        ),
+        examples=[["customer=acme", "batch=2026-12-01"]],
     )
 
 
@@ -402,6 +414,9 @@ class JobPublic(BaseModel):
     delivery: DeliveryPublic = Field(description="Where the result stands.")
     error: ErrorPublic | None = Field(description="Set when the job failed.")
     cancel: CancelPublic | None = Field(description="Set once cancellation was requested.")
+    tags: list[str] = Field(
+        default_factory=list, description="The job's `key=value` tags, sorted (never confidential)."
+    )
     replay_of: uuid.UUID | None = Field(
         description="The job this one replays (an operator's replay creates a new job)."
     )

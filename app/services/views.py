@@ -210,6 +210,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "delivery": {"state": delivery, "expires_at": job.delivery_expires_at},
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
+        "tags": list(getattr(job, "tags", None) or ()),
         "replay_of": job.replay_of,
         "waiting_for": waiting_for(job),
         "links": {

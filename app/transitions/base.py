@@ -38,6 +38,8 @@ class NewJob:
     """The stored concurrency key (atlas_jobs._app.fairness.job_key), ``None`` for none."""
     concurrency_limit: int | None = None
     """The limit the job's kind declared for its key."""
+    tags: tuple[str, ...] = ()
+    """The job's ``key=value`` tags (atlas_jobs._app.tags), sorted."""
     traceparent: str | None = None
     """The creating request's W3C trace context when tracing is on (``atlas_jobs._app.tracing``),
     recorded in the creation's history ``data``: each attempt's span continues it."""

@@ -314,7 +314,9 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # concurrency keys -- at a cost set by the batch, not by the backlog:
 # * lanes: up to :limit lanes this worker has handlers for, least-served first (the
 #   ``ix_claim_lanes_served`` walk of a table of one row per lane); a lane whose key is at
-#   its limit (or out of start tokens) as last committed is passed over, not taken;
+#   its limit (or out of start tokens) as last committed, or with no claimable job (one
+#   ``ix_jobs_lanes`` probe in the index's order, kept one by OFFSET 0: emptied, or only
+#   retries waiting out their backoff), is passed over, not taken;
 # * keys: the rows of those lanes' keys, locked FOR UPDATE SKIP LOCKED -- a locked row reads
 #   its latest committed version, so ``room`` (limit - running, and start tokens) is exact,
 #   and no other claim can spend it before this one commits; a key another claim holds is
@@ -348,6 +350,13 @@ lanes AS MATERIALIZED (
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
                           AND k.running < {_KEY_LIMIT} AND {_KEY_ROOM} > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = '{JobState.QUEUED}' AND q.available_at <= {_NOW}
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (

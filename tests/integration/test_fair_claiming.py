@@ -221,3 +221,15 @@ async def test_a_lane_with_queued_work_is_never_pruned(
     assert len(left) == 1
     [rest] = await claim(engine, transitions, 5)
     assert rest.owner == left[0]
+
+
+async def test_an_emptied_lane_never_holds_a_claim_back(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    """A lane whose jobs all started stays until the sweeper drops it; a claim of one
+    passes over it to the lane that has work, whatever their turns."""
+    await create(engine, transitions, [new("alice")])
+    await claim(engine, transitions, 1)  # alice's lane: empty, one turn on
+    bobs = await create(engine, transitions, [new("bob"), new("bob")])
+    taken = [row.id for _ in bobs for row in await claim(engine, transitions, 1)]
+    assert taken == bobs

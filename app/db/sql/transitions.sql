@@ -2216,6 +2216,13 @@ WITH lanes AS MATERIALIZED (
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
                      / k.period_seconds))::integer
            END) > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
@@ -2325,6 +2332,13 @@ WITH lanes AS MATERIALIZED (
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
                      / k.period_seconds))::integer
            END) > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (

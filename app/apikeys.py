@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.db.schema import api_keys, ui_sessions
+from atlas_jobs._app.roles import Role as Role
 
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
@@ -30,14 +30,6 @@ API_PROCESS_CHANNEL = "atlas_job_changed"
 KEYS_REVOKED_NOTICE = "api-keys-revoked"
 """Sent there when a key is revoked: API processes then forget the keys they cached."""
 """How much of a key is kept in clear (``prefix`` column) to tell keys apart in listings."""
-
-
-class Role(StrEnum):
-    """What a key may do beyond acting on its owner's own jobs."""
-
-    CLIENT = "client"
-    REVIEWER = "reviewer"
-    OPERATOR = "operator"
 
 
 @dataclass(frozen=True, slots=True)

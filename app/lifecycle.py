@@ -148,6 +148,7 @@ class WaitingReason(StrEnum):
     state nor a reason of one: computed when the status is read, never stored."""
 
     NO_WORKER = "no_worker"
+    PAUSED = "paused"
     CONCURRENCY = "concurrency"
     FAIR_SHARE = "fair_share"
     BACKLOG = "backlog"
@@ -171,6 +172,10 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.BACKLOG: (
             "The queue is behind: older queued jobs start first; `queue_age_seconds` is "
             "how long the oldest has waited."
+        ),
+        WaitingReason.PAUSED: (
+            "An operator paused the job's kind (every version, or this one): no worker "
+            "claims it until the kind is resumed; attempts already running finish."
         ),
     }
 )

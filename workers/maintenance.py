@@ -22,6 +22,7 @@ from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import ResultStore
 from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._workers.activity import ActivityRollup
 from atlas_jobs._workers.bulk_runner import BulkRunner
 from atlas_jobs._workers.pruner import Pruner
 from atlas_jobs._workers.reaper import Reaper
@@ -160,6 +161,11 @@ def build(
         Every("sweeper", settings.sweeper_interval_seconds, sweeper),
         Every("pool-gauges", POOL_SAMPLE_SECONDS, gauges),
         Every("scheduler", settings.scheduler_interval_seconds, scheduler),
+        Every(
+            "activity",
+            settings.activity_interval_seconds,
+            ActivityRollup(engine, transitions.clock),
+        ),
     ]
     if webhooks is not None:
         services.append(Every("webhooks", settings.webhook_interval_seconds, webhooks))

@@ -22,6 +22,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
+from atlas_jobs._app.client.address import DEFAULT_URL
 from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
@@ -34,7 +35,6 @@ from atlas_jobs._app.client.errors import (
     describe_problem,
 )
 
-DEFAULT_URL: Final = "http://127.0.0.1:8000"
 SUBMIT_ATTEMPTS: Final = 5
 TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "canceled"})
 
@@ -193,14 +193,18 @@ class JobsClient:
         job_input: Mapping[str, Any],
         *,
         idempotency_key: str | None = None,
+        notify: str | None = None,
         attempts: int = SUBMIT_ATTEMPTS,
         tags: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """Create a job (``202``); every retry sends the same ``Idempotency-Key``."""
+        """Create a job (``202``); every retry sends the same ``Idempotency-Key``.
+        ``notify``: one of the owner's webhook endpoints, called when the job ends."""
         key = idempotency_key or f"cli-{uuid.uuid4()}"
         payload: dict[str, Any] = {"kind": kind, "input": dict(job_input)}
         if tags:
             payload["tags"] = list(tags)
+        if notify is not None:
+            payload["notify"] = notify
         response = self.post_idempotent(
             "/v1/jobs",
             payload,

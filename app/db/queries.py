@@ -316,7 +316,9 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 #   ``ix_claim_lanes_served`` walk of a table of one row per lane); a lane whose key is at
 #   its limit (or out of start tokens) as last committed, or with no claimable job (one
 #   ``ix_jobs_lanes`` probe in the index's order, kept one by OFFSET 0: emptied, or only
-#   retries waiting out their backoff), is passed over, not taken;
+#   retries waiting out their backoff), is passed over, not taken; so is a paused kind
+#   (kind_pauses: every version, 0, or one), in the claim itself, so no process claims it
+#   once the pause has committed, whatever its cache;
 # * keys: the rows of those lanes' keys, locked FOR UPDATE SKIP LOCKED -- a locked row reads
 #   its latest committed version, so ``room`` (limit - running, and start tokens) is exact,
 #   and no other claim can spend it before this one commits; a key another claim holds is
@@ -357,6 +359,8 @@ lanes AS MATERIALIZED (
                       AND q.state = '{JobState.QUEUED}' AND q.available_at <= {_NOW}
                     ORDER BY q.priority DESC, q.available_at, q.seq
                    OFFSET 0 LIMIT 1)
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Double,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -776,6 +777,63 @@ worker_processes = Table(
     CheckConstraint("concurrency > 0", name="concurrency_positive"),
     postgresql_with=WORKERS_STORAGE,
 )
+
+# Paused kinds (atlas_jobs._app.db.pauses): while a row names a kind -- every version
+# (``version`` 0) or one -- the claim takes none of its queued jobs; running attempts
+# finish. A few rows, read by every claim (the claim's ``picked`` selection) and by the
+# API's view of what holds a queued job (``waiting_for``: paused). Each pause and resume
+# is also appended to ``kind_pause_events`` with its actor and note.
+kind_pauses = Table(
+    "kind_pauses",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("paused_by", Text, nullable=False),
+    Column("paused_at", TZ, nullable=False, server_default=NOW),
+    Column("note", Text),
+    PrimaryKeyConstraint("kind", "version"),
+    CheckConstraint("version >= 0", name="version_known"),
+)
+
+KIND_PAUSE_ACTIONS: tuple[str, ...] = ("pause", "resume")
+
+kind_pause_events = Table(
+    "kind_pause_events",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("note", Text),
+    PrimaryKeyConstraint("seq"),
+    CheckConstraint(f"action IN ({sql_list(KIND_PAUSE_ACTIONS)})", name="action_known"),
+)
+
+# The charts' per-minute rollup (atlas_jobs._app.db.activity): per minute and kind, jobs
+# created and finished by outcome, and the queue sampled in that minute (claimable
+# queued jobs, the oldest one's age). Maintained by the workers' activity service, which
+# recomputes only the last minute or two from the history; charts read ONE primary-key
+# range of it, whatever the size of ``jobs``. Rows older than two days are deleted.
+job_activity = Table(
+    "job_activity",
+    metadata,
+    Column("minute", TZ, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("created", Integer, nullable=False, server_default=text("0")),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("canceled", Integer, nullable=False, server_default=text("0")),
+    Column("queued", Integer, nullable=False, server_default=text("0")),
+    Column("oldest_queued_seconds", Float),
+    PrimaryKeyConstraint("minute", "kind"),
+)
+# The rollup finds the last minutes' history rows through a BRIN index on ``at``: the
+# history is appended in time order, and a BRIN index costs the appends almost nothing
+# (the newest pages stay unsummarized until vacuum), unlike a B-tree on every transition.
+Index("ix_job_history_at", job_history.c.at, postgresql_using="brin")
+
 
 # -- bulk operations -----------------------------------------------------------------
 # One row per operator bulk action (atlas_jobs._app.bulk): an action over a filter or an

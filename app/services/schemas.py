@@ -322,15 +322,24 @@ class WaitingForPublic(BaseModel):
 
     reason: WaitingReason = Field(
         description="What holds it: `no_worker` -- no live worker process serves the "
-        "job's kind@version; `concurrency` -- its concurrency key is at its limit; "
-        "`fair_share` -- the queue is behind and other owners take their turn first; "
-        "`backlog` -- the queue is behind and older jobs start first."
+        "job's kind@version; `paused` -- an operator paused its kind (`by`, `at`, `note`); "
+        "`concurrency` -- its concurrency key is at its limit; `fair_share` -- the queue is "
+        "behind and other owners take their turn first; `backlog` -- the queue is behind "
+        "and older jobs start first."
     )
     kind: str | None = Field(
         default=None,
-        description="The `kind@version` it waits for a worker of (reason `no_worker`).",
+        description="The `kind@version` it waits for a worker of (reason `no_worker`), or "
+        "whose pause holds it (reason `paused`).",
         examples=["atlas.bundle@1"],
     )
+    by: str | None = Field(
+        default=None,
+        description="Who paused the kind (reason `paused`).",
+        examples=["operator:ops"],
+    )
+    at: datetime | None = Field(default=None, description="When the kind was paused.")
+    note: str | None = Field(default=None, description="Why, as the operator said.")
     key: str | None = Field(
         default=None,
         description="The concurrency key at its limit (reason `concurrency`).",
@@ -421,10 +430,10 @@ class JobPublic(BaseModel):
         description="The job this one replays (an operator's replay creates a new job)."
     )
     waiting_for: WaitingForPublic | None = Field(
-        description="Set on a queued job that something holds (no live worker serves its "
-        "kind@version, its concurrency key is at its limit, the queue is behind: fair "
-        "share or backlog); null otherwise. Read from the API's view of the live "
-        "workers and the claim's lanes and keys, at most "
+        description="Set on a queued job that something holds (its kind is paused, no "
+        "live worker serves its kind@version, its concurrency key is at its limit, the "
+        "queue is behind: fair share or backlog); null otherwise. Read from the API's view "
+        "of the pauses, the live workers and the claim's lanes and keys, at most "
         "ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")

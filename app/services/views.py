@@ -16,6 +16,7 @@ from atlas_jobs._app.lifecycle import (
     WaitingReason,
     is_terminal,
 )
+from atlas_jobs._app.presentation import paused_phrase
 from atlas_jobs._app.services import live_workers
 from atlas_jobs._app.services.schemas import (
     HistoryItem,
@@ -83,15 +84,26 @@ does a queued job say it waits for its turn (``fair_share``) or for older jobs
 
 def waiting_for(job: Any) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
-    the live workers and of the claim's lanes and keys
+    the paused kinds, the live workers and the claim's lanes and keys
     (:mod:`atlas_jobs._app.services.live_workers`): no query. ``None`` for a job that is
     not queued, or while nothing is known (no API in this process, or its first read has
-    not answered). In order: no worker for its kind@version; its concurrency key at its
-    limit; the queue behind -- other lanes first (fair share), else older jobs (backlog)."""
+    not answered). In order: its kind paused; no worker for its kind@version; its
+    concurrency key at its limit; the queue behind -- other lanes first (fair share), else
+    older jobs (backlog)."""
     if job.state != JobState.QUEUED:
         return None
     live = live_workers.current()
     key = handler_key(job.kind, job.kind_version)
+    pause = None if live is None else live.pause_of(job.kind, job.kind_version)
+    if pause is not None:
+        return {
+            "reason": WaitingReason.PAUSED,
+            "kind": key,
+            "by": pause.paused_by,
+            "at": pause.paused_at,
+            "note": pause.note,
+            "message": paused_phrase(pause.paused_by, pause.paused_at, pause.note),
+        }
     if live is None or live.serving(key) is None:
         return None
     if live.serving(key) == 0:

@@ -31,7 +31,7 @@ SPEC = REPO / "openapi" / "openapi.json"
 #   so not in the schema).
 # * operator and review actions: their free-text ``note`` is schema-valid with a NUL
 #   character, which PostgreSQL cannot store, so the API refuses it with 422 by design
-#   (README, "Text PostgreSQL cannot store"); the fuzzer reaches it depending on which
+#   (docs/http-api.md, "Text PostgreSQL cannot store"); the fuzzer reaches it depending on which
 #   operations exist (it did once jobs-batch was added), so 422 counts as expected.
 # * jobs-cancel and signals-create: the same for the cancel's ``note`` and a signal's
 #   ``event_id`` and ``data`` (a NUL character; data over 4096 bytes serialized).

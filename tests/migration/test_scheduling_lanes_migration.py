@@ -12,7 +12,7 @@ from atlas_jobs._app.db.engine import create_engine
 from tests.support import Server, alembic
 
 REVISION = "5d1a9c3e7b20"
-PARENT = "b8fd571ff01f"
+PARENT = "4e5f6a7b8c9d"
 JOBS = """
 INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, finished_at, error)

@@ -2223,6 +2223,8 @@ WITH lanes AS MATERIALIZED (
                       AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
                     ORDER BY q.priority DESC, q.available_at, q.seq
                    OFFSET 0 LIMIT 1)
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
@@ -2339,6 +2341,8 @@ WITH lanes AS MATERIALIZED (
                       AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
                     ORDER BY q.priority DESC, q.available_at, q.seq
                    OFFSET 0 LIMIT 1)
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (

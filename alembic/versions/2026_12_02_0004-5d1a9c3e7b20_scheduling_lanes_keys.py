@@ -1,7 +1,7 @@
 """scheduling: priority, fair share across lanes, concurrency keys, operator settings
 
 Revision ID: 5d1a9c3e7b20
-Revises: b8fd571ff01f
+Revises: 4e5f6a7b8c9d
 Create Date: 2026-12-02 06:30:00.000000+00:00
 
 ``jobs`` gains ``priority`` (0-9, default 4), ``concurrency_key`` ('' for none) and
@@ -26,7 +26,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "5d1a9c3e7b20"
-down_revision: str | None = "b8fd571ff01f"
+down_revision: str | None = "4e5f6a7b8c9d"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -18,11 +18,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     StrictInt,
     create_model,
     field_validator,
-    model_serializer,
 )
 
 from atlas_jobs._app.fairness import DEFAULT_PRIORITY, JOB_KEY_PATTERN, MAX_PRIORITY, MIN_PRIORITY
@@ -367,12 +365,6 @@ class WaitingForPublic(BaseModel):
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
-
-    @model_serializer(mode="wrap")
-    def _only_its_reasons_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A reason's body names only the fields it sets (no nulls of other reasons)."""
-        data = handler(self)
-        return {name: value for name, value in data.items() if value is not None}
 
 
 class JobLinks(BaseModel):

@@ -93,4 +93,19 @@ class RawJobs:
             await conn.execute(
                 text(sql), {"id": job_id, "owner": owner, "state": state.value, "reason": reason}
             )
+            # Its history as the rollup and the history readers see it: the creation, and
+            # the move into its state.
+            await conn.execute(
+                _HISTORY, {"id": job_id, "to": "queued", "from": None, "reason": "new"}
+            )
+            if state != JobState.QUEUED:
+                await conn.execute(
+                    _HISTORY, {"id": job_id, "to": state.value, "from": "queued", "reason": reason}
+                )
         return job_id
+
+
+_HISTORY = text("""
+INSERT INTO job_history (job_id, transition, from_state, to_state, reason, actor)
+VALUES (:id, 'test', CAST(:from AS text), :to, :reason, 'test:rows')
+""")

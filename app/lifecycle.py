@@ -158,6 +158,9 @@ class WaitingReason(StrEnum):
     START_DEADLINE_PASSED = "start_deadline_passed"
     NO_WORKER = "no_worker"
     PAUSED = "paused"
+    CONCURRENCY = "concurrency"
+    FAIR_SHARE = "fair_share"
+    BACKLOG = "backlog"
 
 
 WAITING_DOCS: Final = MappingProxyType(
@@ -173,6 +176,19 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
+        ),
+        WaitingReason.CONCURRENCY: (
+            "The job's concurrency key has as many jobs running as its limit allows (or "
+            "no start left in its rate): it starts when one of them ends."
+        ),
+        WaitingReason.FAIR_SHARE: (
+            "The queue is behind and other owners' lanes take their turn first (fair "
+            "share): `ahead_of_you` estimates how many lanes start a job before this "
+            "one's next turn."
+        ),
+        WaitingReason.BACKLOG: (
+            "The queue is behind: older queued jobs start first; `queue_age_seconds` is "
+            "how long the oldest has waited."
         ),
         WaitingReason.PAUSED: (
             "An operator paused the job's kind (every version, or this one): no worker "

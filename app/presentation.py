@@ -132,8 +132,8 @@ def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
 def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
     """What holds a queued job (``waiting_for``), as words: "scheduled for 09:00 UTC",
     "no worker serves thumbnail.render@2", "paused by operator:ops at ...: note"; for a
-    reason this client does not know, the server's message. A ``run_at`` that passed
-    since the read holds nothing."""
+    reason this client does not know, the server's message (e.g. "waiting for a slot in
+    press (3 of 3 busy)"). A ``run_at`` that passed since the read holds nothing."""
     if not isinstance(waiting, Mapping):
         return None
     reason = waiting.get("reason")
@@ -148,6 +148,18 @@ def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
         return f"no worker serves {waiting.get('kind')}"
     if waiting.get("reason") == "paused":
         return paused_phrase(str(waiting.get("by")), waiting.get("at"), waiting.get("note"))
+    if reason == "concurrency":
+        limit, running = waiting.get("limit"), waiting.get("running")
+        busy = f" ({running} of {limit} busy)" if limit is not None else " (no start left)"
+        return f"waiting for a slot in {waiting.get('key')}{busy}"
+    if reason == "fair_share":
+        ahead = waiting.get("ahead_of_you")
+        return f"other owners' turn first (about {ahead} ahead)"
+    if reason == "backlog":
+        age = waiting.get("queue_age_seconds")
+        return "behind older jobs" + (
+            f" (the oldest has waited {round(age)} s)" if isinstance(age, (int, float)) else ""
+        )
     message = waiting.get("message")
     return str(message) if message else None
 

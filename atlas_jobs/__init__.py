@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from atlas_jobs.context import Context, DeadlineRule, Outputs, Signal, SyncContext
     from atlas_jobs.declaration import (
         DEFAULT_TIMEOUT_SECONDS,
+        Concurrency,
         Kind,
         Result,
         RetryPolicy,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "Concurrency",
     "Context",
     "DeadlineRule",
     "DestinationName",
@@ -52,6 +54,7 @@ __all__ = [
 # internal module and the console command pay for) stays free of both.
 _LAZY = {
     "DEFAULT_TIMEOUT_SECONDS": "atlas_jobs.declaration",
+    "Concurrency": "atlas_jobs.declaration",
     "Kind": "atlas_jobs.declaration",
     "Result": "atlas_jobs.declaration",
     "RetryPolicy": "atlas_jobs.declaration",

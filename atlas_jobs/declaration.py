@@ -3,7 +3,8 @@
 A kind is what a client names in ``POST /v1/jobs``: a name and a version, the pydantic
 model its input must match, how it reports progress (its :class:`Stage` list), how often
 and how long it may be tried (:class:`RetryPolicy`), how long one attempt may run
-(``timeout``), which older versions its handler can also run, and the handler itself::
+(``timeout``), how many of its jobs may run at once (:class:`Concurrency`), which older
+versions its handler can also run, and the handler itself::
 
     from pydantic import BaseModel
     from atlas_jobs import Context, Result, RetryPolicy, Stage, kind
@@ -121,6 +122,32 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Concurrency:
+    """At most ``limit`` jobs of one key run at once, across every worker process.
+
+    * ``key`` -- the key the kind's jobs share (default: the kind's name); kinds that
+      name the same key share its limit (one destination, one printing press);
+    * ``per_job`` -- a job may name its own key in its create body (``concurrency_key``,
+      e.g. one customer's exports): stored as ``<key>/<named>``, each with ``limit``.
+      Without it, a create body that names a key is refused (422).
+
+    Operators may change a key's limit, and give it a start rate, while Atlas runs
+    (``atlas scheduling set-key``)."""
+
+    limit: int
+    key: str | None = None
+    per_job: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= 100_000:
+            raise ValueError("concurrency limit must be between 1 and 100000")
+        if self.key is not None and not re.fullmatch(
+            r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,99}$", self.key
+        ):
+            raise ValueError(f"concurrency key {self.key!r}: 1-100 letters, digits or _.:@-")
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """What a finished handler hands to the engine, which then publishes it in one
     transaction -- or loses to a cancel that came first, never both.
@@ -157,6 +184,7 @@ class Kind(Generic[InputT]):
     timeout: float | None = DEFAULT_TIMEOUT_SECONDS
     compatible_versions: frozenset[int] = frozenset()
     stages: tuple[Stage, ...] = ()
+    concurrency: Concurrency | None = None
 
     def __post_init__(self) -> None:
         if len(self.name) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, self.name):
@@ -210,6 +238,7 @@ def kind(
     timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
     compatible_versions: Iterable[int] = (),
     stages: Iterable[Stage] = (),
+    concurrency: Concurrency | None = None,
 ) -> Callable[[Handler], Kind[InputT]]: ...
 
 
@@ -225,6 +254,7 @@ def kind(
     timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
     compatible_versions: Iterable[int] = (),
     stages: Iterable[Stage] = (),
+    concurrency: Concurrency | None = None,
 ) -> Callable[[Handler], Kind[BaseModel]]: ...
 
 
@@ -239,6 +269,7 @@ def kind(
     timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
     compatible_versions: Iterable[int] = (),
     stages: Iterable[Stage] = (),
+    concurrency: Concurrency | None = None,
 ) -> Callable[[Handler], Kind[Any]]:
     """Declare the decorated function as the handler of kind ``name`` at ``version``.
 
@@ -260,6 +291,7 @@ def kind(
             timeout=timeout,
             compatible_versions=frozenset(compatible_versions),
             stages=tuple(stages),
+            concurrency=concurrency,
         )
 
     return declare

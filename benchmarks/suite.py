@@ -61,7 +61,8 @@ Knobs (environment variables, defaults in brackets):
 - ``BENCH_HTTP_REQUESTS`` [3000], ``BENCH_HTTP_WARMUP`` [300],
   ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
-  ``BENCH_CLAIM_LIMIT`` [16].
+  ``BENCH_CLAIM_LIMIT`` [16], ``BENCH_CLAIM_OWNERS`` [1000]: the sizes above the smallest
+  are spread over this many owners (lanes), the smallest is one owner's FIFO queue.
 - ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_BATCH`` [1000] (jobs per
   create, claim and publication statement), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the
   result TTL and the finished-job retention beyond it during the churn.
@@ -156,6 +157,7 @@ class Knobs:
     claim_sizes: list[int]
     claims: int
     claim_limit: int
+    claim_owners: int
     churn_sizes: list[int]
     churn_batch: int
     churn_retention_seconds: int
@@ -189,6 +191,7 @@ class Knobs:
             claim_sizes=_ints("BENCH_CLAIM_SIZES", "1000,1000000"),
             claims=_int("BENCH_CLAIMS", 200),
             claim_limit=_int("BENCH_CLAIM_LIMIT", 16),
+            claim_owners=_int("BENCH_CLAIM_OWNERS", 1000),
             churn_sizes=_ints("BENCH_CHURN_SIZES", "100000,1000000"),
             churn_batch=_int("BENCH_CHURN_BATCH", 1000),
             churn_retention_seconds=_int("BENCH_CHURN_RETENTION_SECONDS", 5),
@@ -213,6 +216,7 @@ class Knobs:
             "claim_sizes": self.claim_sizes,
             "claims": self.claims,
             "claim_limit": self.claim_limit,
+            "claim_owners": self.claim_owners,
             "churn_sizes": self.churn_sizes,
             "churn_batch": self.churn_batch,
             "churn_retention_seconds": self.churn_retention_seconds,
@@ -506,7 +510,9 @@ def measure_http(
 FILL = text("""
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, delivery_state)
-SELECT atlas_uuid_v7(), t.owner, t.kind, t.kind_version,
+SELECT atlas_uuid_v7(),
+       CASE WHEN CAST(:owners AS integer) > 1 THEN t.owner || '-' || (g % :owners) ELSE t.owner END,
+       t.kind, t.kind_version,
        jsonb_build_object('tag', 'fill-' || g), t.state, t.reason, t.max_attempts,
        t.max_elapsed_seconds, t.delivery_state
   FROM (SELECT * FROM jobs ORDER BY seq LIMIT 1) AS t, generate_series(1, :n) AS g
@@ -518,7 +524,7 @@ FILL_CHUNK = 100_000
 
 
 async def fill_queue(
-    conn: AsyncConnection, size: int, budget: Budget | None, reserve: float
+    conn: AsyncConnection, size: int, budget: Budget | None, reserve: float, owners: int = 1
 ) -> tuple[int, float]:
     """Copy the one real row until ``size`` rows are queued, a chunk at a time; with a
     ``budget``, stop early when the next chunk, at the rate measured so far, would end
@@ -532,7 +538,7 @@ async def fill_queue(
             per_row = elapsed / (queued - 1) if queued > 1 else budget.fill_seconds_per_row
             if not budget.fits(n * per_row + reserve):
                 break
-        await conn.execute(FILL, {"n": n})
+        await conn.execute(FILL, {"n": n, "owners": owners})
         queued += n
     return queued, time.perf_counter() - t0
 
@@ -551,7 +557,10 @@ async def claim_at_size(
             t0 = time.perf_counter()
             await producer.enqueue_many([0])  # one real row: the filler copies it
             async with producer.engine.connect() as conn:
-                queued_now, _ = await fill_queue(conn, size, budget, reserve)
+                # The baseline (smallest size) is one owner's FIFO queue; the larger ones
+                # are spread over BENCH_CLAIM_OWNERS owners: the fair claim's worst case.
+                owners = 1 if size == knobs.claim_sizes[0] else knobs.claim_owners
+                queued_now, _ = await fill_queue(conn, size, budget, reserve, owners)
             if queued_now <= knobs.claim_sizes[0] < size:
                 log(f"[bench] claim at {size:,} queued skipped: over the time budget")
                 return None
@@ -605,6 +614,7 @@ async def claim_at_size(
     mean = sum(timings) / len(timings)
     return {
         "queued": queued_now,
+        "owners": owners,
         "requested": size,
         "queued_after": int(queued),
         "claims": len(timings),

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-CLAIM_PREFIX = "WITH picked AS"
+CLAIM_PREFIX = "WITH lanes AS"
 """How every claim statement starts (``atlas_jobs._app.db.queries``: ``CLAIM``,
 ``CLAIM_TO_RUN``)."""
 

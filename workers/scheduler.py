@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app import metrics
 from atlas_jobs._app.db import schedules, webhooks
+from atlas_jobs._app.fairness import job_key
 from atlas_jobs._app.kinds import KINDS
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.scheduling import (
@@ -242,6 +243,11 @@ def _new_job(row: Any, tick: datetime) -> NewJob:
         input=row.input,
         max_attempts=spec.max_attempts,
         max_elapsed_seconds=spec.max_elapsed_seconds,
+        priority=row.priority,
+        concurrency_key=None
+        if spec.concurrency_key is None
+        else job_key(spec.concurrency_key, row.concurrency_key),
+        concurrency_limit=spec.concurrency_limit,
         trigger={"schedule_id": str(row.id), "tick": tick.isoformat()},
         run_at=_after(tick, row.job_delay_seconds),
         start_by=_after(tick, row.job_start_within_seconds),

@@ -21,6 +21,8 @@
   worker process at a time).
 * Then the worker registry's rows of processes dead for ``ATLAS_WORKER_FORGET_SECONDS``
   (killed, their machine gone: no clean shutdown deleted them) are deleted.
+* Then claim lanes left with no queued job are removed (``atlas_prune_lanes``), so the
+  claim's walk of least-served lanes never visits them.
 * Last, at most every few minutes, an index of ``jobs`` that outgrew the table's rows
   (a drained backlog leaves B-trees at their peak size) is rebuilt concurrently
   (:mod:`atlas_jobs._workers.reindexer`; one worker process at a time).
@@ -36,7 +38,12 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db import reads, workers
-from atlas_jobs._app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS, MISSED_STARTS
+from atlas_jobs._app.db.queries import (
+    EXPIRED_RESULTS,
+    EXPIRED_WAITS,
+    MISSED_STARTS,
+    PRUNE_LANES,
+)
 from atlas_jobs._app.lifecycle import TERMINAL_STATES, DeliveryState
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.storage import ResultStore
@@ -58,6 +65,7 @@ class SweepReport:
     vacuumed: int = 0
     forgotten_workers: int = 0
     missed_starts: int = 0
+    lanes_pruned: int = 0
 
 
 class Sweeper:
@@ -109,6 +117,7 @@ class Sweeper:
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
         forgotten = await self._forget_dead_workers()
+        lanes_pruned = await self._prune_lanes()
         vacuumed = len(await self.vacuumer.run_if_due()) if self.vacuumer else 0
         reindexed = len(await self.reindexer.run_if_due()) if self.reindexer else 0
         return SweepReport(
@@ -120,7 +129,13 @@ class Sweeper:
             vacuumed=vacuumed,
             forgotten_workers=forgotten,
             missed_starts=missed,
+            lanes_pruned=lanes_pruned,
         )
+
+    async def _prune_lanes(self) -> int:
+        """Empty claim lanes removed (``PRUNE_LANES``), so claims never visit them."""
+        async with self.engine.begin() as conn:
+            return int(await conn.scalar(PRUNE_LANES, {"limit": self.batch_size}) or 0)
 
     async def _forget_dead_workers(self) -> int:
         """One statement over the registry's few rows."""

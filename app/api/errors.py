@@ -417,11 +417,14 @@ def problem_response(error: ApiError) -> Response:
 
 def field_location(loc: Sequence[Any]) -> tuple[Any, ...]:
     """Where a field is in the request body, without the kind tag pydantic adds for the
-    discriminated union: ``body.input.pages``, ``body.jobs.3.input.pages``."""
+    discriminated union: ``body.input.pages``, ``body.jobs.3.input.pages``,
+    ``body.job.priority``."""
     parts = tuple(loc)
     tag_at = 1 if parts[:1] == ("body",) else None
     if parts[:2] == ("body", "jobs") and len(parts) > 3 and isinstance(parts[2], int):
         tag_at = 3
+    if parts[:2] == ("body", "job"):  # a schedule's job template
+        tag_at = 2
     if tag_at is not None and len(parts) > tag_at and parts[tag_at] in KINDS:
         return parts[:tag_at] + parts[tag_at + 1 :]
     return parts

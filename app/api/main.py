@@ -41,6 +41,7 @@ from atlas_jobs._app.api.routers import (
     results,
     reviews,
     schedules,
+    scheduling,
     signals,
     webhooks,
 )
@@ -171,6 +172,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         reviews.router,
         signals.router,
         operations.router,
+        scheduling.router,
         pauses.router,
         bulk_operations.router,
         kinds.router,

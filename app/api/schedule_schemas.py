@@ -136,6 +136,12 @@ class ScheduledJob(BaseModel):
         description="Each job fails (`start_deadline_passed`) unless a worker claims it by "
         "its tick plus this.",
     )
+    priority: int | None = Field(
+        default=None, description="Each created job's priority (null: the default)."
+    )
+    concurrency_key: str | None = Field(
+        default=None, description="The concurrency key each created job names."
+    )
 
 
 class SchedulePublic(BaseModel):

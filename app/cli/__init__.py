@@ -21,6 +21,7 @@ from atlas_jobs._app.cli.failure import CliFailure
 from atlas_jobs._app.cli.keys import keys_app
 from atlas_jobs._app.cli.pauses import pauses_app
 from atlas_jobs._app.cli.schedules import schedules_app
+from atlas_jobs._app.cli.scheduling import scheduling_app
 from atlas_jobs._app.cli.server import register_server_verbs
 from atlas_jobs._app.cli.webhooks import webhooks_app
 
@@ -34,6 +35,7 @@ register_server_verbs(app)
 app.add_typer(keys_app, name="keys")
 app.add_typer(pauses_app, name="pauses")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(scheduling_app, name="scheduling")
 app.add_typer(bulk_app, name="bulk")
 app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(client_app, name="client", hidden=True)

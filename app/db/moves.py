@@ -421,23 +421,24 @@ WITH input AS (
     return text("".join(parts))
 
 
-def selected_writes(name: TransitionName, selection: str) -> str:
+def selected_writes(name: TransitionName, selection: str, *, lead: str = "") -> str:
     """The head of a statement that makes ``name`` on the rows ``selection`` picks (the
-    claim): ``WITH picked AS (<selection>), moved AS (...), ...`` -- the caller appends
-    its ``SELECT ... FROM moved``.
+    claim): ``WITH [<lead>,] picked AS (<selection>), moved AS (...), ...`` -- the caller
+    appends its ``SELECT ... FROM moved``.
 
-    ``selection`` is the body of a ``SELECT id ... FOR UPDATE`` over ``jobs`` (WHICH
-    rows, in which order): it is the caller's. Everything after it comes from the
-    declaration, as in :func:`statement`: ``moved`` (the ``UPDATE`` of its one source
-    state; under READ COMMITTED a row changed since it was picked is re-checked and
-    drops out), ``opened`` (the new attempt's row, :attr:`Effect.OPEN_ATTEMPT`) and
-    ``recorded`` (one history row per moved job)."""
+    ``selection`` is the body of a ``SELECT id ...`` of locked ``jobs`` rows (WHICH
+    rows, in which order), and ``lead`` the CTEs it reads (the claim's lanes and keys,
+    and the write that moves the visited lanes back): both are the caller's. Everything
+    after it comes from the declaration, as in :func:`statement`: ``moved`` (the
+    ``UPDATE`` of its one source state; under READ COMMITTED a row changed since it was
+    picked is re-checked and drops out), ``opened`` (the new attempt's row,
+    :attr:`Effect.OPEN_ATTEMPT`) and ``recorded`` (one history row per moved job)."""
     spec = TRANSITIONS[name]
     [source] = spec.sources
     sets = ",\n           ".join(_sets(spec, source=source))
     parts = [
         f"""
-WITH picked AS ({selection}
+WITH {lead.strip() + ", " if lead else ""}picked AS ({selection}
 ), moved AS (
     UPDATE jobs AS j
        SET {sets}

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from atlas_jobs._app.clock import NOW_SQL
 from atlas_jobs._app.db.moves import selected_writes
 from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs
+from atlas_jobs._app.fairness import DEFAULT_PRIORITY
 from atlas_jobs._app.lifecycle import (
     CANCEL_TOO_LATE,
     TRANSITIONS,
@@ -62,6 +63,9 @@ _CREATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("idempotency_key", "text"),
     ("replay_of", "uuid"),
     ("data", "jsonb"),
+    ("priority", "smallint"),
+    ("concurrency_key", "text"),
+    ("concurrency_limit", "int"),
     ("run_at", "timestamptz"),
     ("run_after", "float8"),
     ("start_by", "timestamptz"),
@@ -109,12 +113,14 @@ def _creation_writes(*, one: bool, by_key: bool = True, tagged: bool = False) ->
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by{tag_column})
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by{tag_column})
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
            max_attempts, max_elapsed_seconds, {_NOW}, {_NOW},
            COALESCE(when_.not_before, {_NOW}), COALESCE(when_.not_before, {_NOW}),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by{tag_value}
+           request_id, idempotency_key, replay_of, COALESCE(priority, {DEFAULT_PRIORITY}),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by{tag_value}
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -320,32 +326,130 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 #
 # * Attempt ids are time-ordered (atlas_uuid_v7, revision f1a2b3c4d5e6), like job ids
 #   (atlas_jobs._app.ids): the new attempts rows append at the right edge of pk_attempts.
-
-# claim_selection: the queued rows a claim takes.
-# * FOR UPDATE SKIP LOCKED: concurrent workers never wait on each other and never pick the
-#   same row; LIMIT keeps the batch small.
-# * ORDER BY (available_at, seq) walks ix_jobs_claimable (partial: state = 'queued') in
-#   index order, so the scan stops after LIMIT matching rows whatever the table size.
-# * The handler filter keeps a job that no running worker can handle visibly queued.
-# * A job never started past its start deadline (start_by) is never claimed: the
-#   database clock decides, whenever the sweeper gets to end it (miss_start).
-# * A paused kind (kind_pauses: every version, 0, or one) is skipped here, in the claim
-#   itself, so no process claims it once the pause has committed, whatever its cache.
-#   The table has a few rows: an anti-join hashed once per claim statement.
-CLAIM_SELECTION = f"""
-    SELECT id
-      FROM jobs
-     WHERE state = '{JobState.QUEUED}'
-       AND available_at <= {_NOW}
-       AND (start_by IS NULL OR start_by > {_NOW} OR attempt > 0)
-       AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+#
+# WHICH jobs (``_CLAIM_SELECTION``, atlas_jobs._app.fairness) -- fair share across lanes (an
+# owner's queued jobs of one kind@version and concurrency key), priority within a lane,
+# concurrency keys -- at a cost set by the batch, not by the backlog:
+# * lanes: up to :limit lanes this worker has handlers for, least-served first (the
+#   ``ix_claim_lanes_served`` walk of a table of one row per lane); a lane whose key is at
+#   its limit (or out of start tokens) as last committed, or with no claimable job (one
+#   ``ix_jobs_lanes`` probe in the index's order, kept one by OFFSET 0: emptied, or only
+#   retries waiting out their backoff), is passed over, not taken; so is a paused kind
+#   (kind_pauses: every version, 0, or one), in the claim itself, so no process claims it
+#   once the pause has committed, whatever its cache;
+# * keys: the rows of those lanes' keys, locked FOR UPDATE SKIP LOCKED -- a locked row reads
+#   its latest committed version, so ``room`` (limit - running, and start tokens) is exact,
+#   and no other claim can spend it before this one commits; a key another claim holds is
+#   skipped for now;
+# * a job never started past its start deadline (start_by) is never claimed, in the lanes'
+#   probe and the candidates' scan: the database clock decides, whenever the sweeper gets
+#   to end it (miss_start);
+# * candidates: per open lane in that order, an ``ix_jobs_lanes`` scan (priority DESC,
+#   available_at, seq) of at most its key's room, FOR UPDATE SKIP LOCKED so concurrent
+#   workers never wait on each other and never pick the same row; the nested loop stops
+#   after :limit rows. The handler filter is the lanes': a job no running worker can
+#   handle stays visibly queued;
+# * picked: at most ``room`` jobs per key when several lanes share one;
+# * turned: each lane visited (up to the last one that gave a job; all of them when the
+#   batch was not filled) moves back by the jobs it gave (at least 1) over its owner's
+#   share -- only lanes no other claim holds (SKIP LOCKED: no waiting; the other claim
+#   moves it).
+# The UPDATE re-checks state = 'queued': under READ COMMITTED a row locked after a
+# concurrent change is re-evaluated, and a changed row simply drops out. ``running`` of a
+# key is counted by the jobs update trigger in this statement, under the key's row lock.
+_KEY_ROOM = f"""(CASE
+               WHEN k.rate IS NULL THEN 2147483647
+               ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM {_NOW} - COALESCE(k.refilled_at, {_NOW}))
+                     / k.period_seconds))::integer
+           END)"""
+_KEY_LIMIT = "COALESCE(k.max_running, k.declared_limit, 2147483647)"
+CLAIM_LEAD = f"""
+lanes AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key, l.served
+      FROM claim_lanes AS l
+     WHERE (l.kind || '@' || l.kind_version) = ANY(CAST(:handlers AS text[]))
+       AND (l.concurrency_key = ''
+            OR EXISTS (SELECT 1 FROM concurrency_keys AS k
+                        WHERE k.key = l.concurrency_key
+                          AND k.running < {_KEY_LIMIT} AND {_KEY_ROOM} > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = '{JobState.QUEUED}' AND q.available_at <= {_NOW}
+                      AND (q.start_by IS NULL OR q.start_by > {_NOW} OR q.attempt > 0)
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
-                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
-     ORDER BY available_at, seq
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
+     ORDER BY l.served
      LIMIT :limit
-       FOR UPDATE SKIP LOCKED"""
+), keys AS MATERIALIZED (
+    SELECT k.key, GREATEST(LEAST({_KEY_LIMIT} - k.running, {_KEY_ROOM}), 0) AS room
+      FROM concurrency_keys AS k
+     WHERE k.key IN (SELECT concurrency_key FROM lanes WHERE concurrency_key <> '')
+       FOR NO KEY UPDATE SKIP LOCKED
+), open AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key,
+           row_number() OVER (ORDER BY l.served) AS pos,
+           LEAST(COALESCE(k.room, :limit), :limit) AS room
+      FROM lanes AS l LEFT JOIN keys AS k ON k.key = l.concurrency_key
+     WHERE l.concurrency_key = '' OR k.room > 0
+     ORDER BY l.served
+), candidates AS MATERIALIZED (
+    SELECT c.id, c.seq, o.concurrency_key, o.pos
+      FROM open AS o
+     CROSS JOIN LATERAL (
+        SELECT j.id, j.seq
+          FROM jobs AS j
+         WHERE j.owner = o.owner
+           AND j.kind = o.kind
+           AND j.kind_version = o.kind_version
+           AND j.concurrency_key = o.concurrency_key
+           AND j.state = '{JobState.QUEUED}'
+           AND j.available_at <= {_NOW}
+           AND (j.start_by IS NULL OR j.start_by > {_NOW} OR j.attempt > 0)
+         ORDER BY j.priority DESC, j.available_at, j.seq
+         LIMIT o.room
+           FOR UPDATE SKIP LOCKED
+     ) AS c
+     LIMIT :limit
+), visited AS (
+    SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
+           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+      FROM open AS o
+      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN owner_shares AS s ON s.owner = o.owner
+     WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
+                       FROM candidates)
+     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
+), held AS (
+    SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
+      FROM claim_lanes AS t
+      JOIN visited AS v
+        ON (t.owner, t.kind, t.kind_version, t.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+       FOR NO KEY UPDATE OF t SKIP LOCKED
+), turned AS (
+    UPDATE claim_lanes AS l
+       SET served = l.served + v.step
+      FROM held AS h
+      JOIN visited AS v
+        ON (h.owner, h.kind, h.kind_version, h.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+     WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
+           = (h.owner, h.kind, h.kind_version, h.concurrency_key)
+)"""
+CLAIM_SELECTION = """
+    SELECT c.id
+      FROM (SELECT c.id, c.concurrency_key,
+                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
+              FROM candidates AS c) AS c
+      LEFT JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.concurrency_key = '' OR c.nth <= k.room"""
 
-_CLAIM_WRITES = selected_writes(TransitionName.CLAIM, CLAIM_SELECTION)
+_CLAIM_WRITES = selected_writes(TransitionName.CLAIM, CLAIM_SELECTION, lead=CLAIM_LEAD)
 CLAIM = text(f"{_CLAIM_WRITES}SELECT *, {_NOW} AS observed_at FROM moved ORDER BY seq")
 
 # claim_to_run: the same claim, answering only what a worker needs to start each attempt
@@ -431,6 +535,10 @@ UPDATE job_stages
  WHERE job_id = CAST(:job_id AS uuid) AND name = CAST(:stage AS text)
    AND EXISTS (SELECT 1 FROM recorded)
 """)
+
+# prune_lanes: claim lanes with no queued job left, removed for the sweeper (at most
+# :limit) by atlas_prune_lanes -- under each owner's lanes lock, re-checked after it.
+PRUNE_LANES = text("SELECT atlas_prune_lanes(CAST(:limit AS integer))")
 
 # expired_results: published results whose retention passed, for the sweeper.
 EXPIRED_RESULTS = text(f"""

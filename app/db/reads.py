@@ -305,6 +305,55 @@ async def oldest_claimable_age(conn: AsyncConnection, now: ColumnElement[datetim
     return None if age is None else float(age)
 
 
+LANES_VIEWED = 10_000
+"""The scheduling view reads at most this many lanes (least-served first)."""
+
+# scheduling_view: what the claim's small tables say now -- every lane (least-served first,
+# at most LANES_VIEWED) and every concurrency key with no room (at its limit, or out of
+# start tokens) -- for the API's view of why a queued job waits. Three reads of small
+# tables and the first entry of ix_jobs_claimable; never of the queued jobs themselves.
+_LANES_VIEW = text(f"""
+SELECT owner, kind, kind_version, concurrency_key, served
+  FROM claim_lanes
+ ORDER BY served
+ LIMIT {LANES_VIEWED}
+""")
+_FULL_KEYS_VIEW = text("""
+SELECT key, COALESCE(max_running, declared_limit) AS max_running, running
+  FROM concurrency_keys AS k
+ WHERE k.running >= COALESCE(k.max_running, k.declared_limit, 2147483647)
+    OR (k.rate IS NOT NULL
+        AND LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                  * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
+                  / k.period_seconds) < 1)
+""")
+
+
+Lane = tuple[str, str, int, str]
+"""A claim lane: owner, kind, kind version, concurrency key ('' for none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingView:
+    lanes: Sequence[tuple[Lane, float]]
+    """Lanes, least-served first."""
+    full_keys: dict[str, tuple[int | None, int]]
+    """Keys with no room: their limit (``None``: a rate, no limit) and running count."""
+    queue_age_seconds: float | None
+
+
+async def scheduling_view(conn: AsyncConnection, now: ColumnElement[datetime]) -> SchedulingView:
+    lanes = [
+        ((r.owner, r.kind, int(r.kind_version), r.concurrency_key), float(r.served))
+        for r in await conn.execute(_LANES_VIEW)
+    ]
+    full = {
+        r.key: (None if r.max_running is None else int(r.max_running), int(r.running))
+        for r in await conn.execute(_FULL_KEYS_VIEW)
+    }
+    return SchedulingView(lanes, full, await oldest_claimable_age(conn, now))
+
+
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """What a listing (or a bulk operation) selects. ``owner`` is the caller's scope
@@ -499,6 +548,7 @@ __all__ = [
     "plan_stages",
     "queue_gauges",
     "queue_view",
+    "scheduling_view",
     "stages_for",
 ]
 

@@ -43,6 +43,9 @@ class ScheduleSpec:
     """Each tick's job is not claimed before the tick plus this."""
     start_within_seconds: int | None = None
     """Each tick's job fails unless claimed by the tick plus this."""
+    priority: int | None = None
+    concurrency_key: str | None = None
+    """The key each job names (where its kind takes one), as the create body's."""
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -94,6 +97,8 @@ async def insert(
             notify_webhook_id=spec.notify,
             job_delay_seconds=spec.delay_seconds,
             job_start_within_seconds=spec.start_within_seconds,
+            priority=spec.priority,
+            concurrency_key=spec.concurrency_key,
             overlap=spec.overlap.value,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,

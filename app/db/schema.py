@@ -17,6 +17,7 @@ from sqlalchemy import (
     Column,
     Connection,
     DateTime,
+    Double,
     Float,
     ForeignKey,
     Identity,
@@ -35,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from atlas_jobs._app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
+from atlas_jobs._app.fairness import DEFAULT_PRIORITY, MAX_SHARE
 from atlas_jobs._app.lifecycle import (
     ALL_ATTEMPT_OUTCOMES,
     ALL_STATES,
@@ -142,6 +144,12 @@ jobs = Table(
     # available_at.
     Column("run_at", TZ),
     Column("start_by", TZ),
+    # Scheduling (atlas_jobs._app.fairness): the job's priority (higher starts first within
+    # its lane), its concurrency key ('' for none) and the limit its kind declared for it.
+    # Their ranges are the API's to check: jobs keeps ONE CHECK, its lifecycle rules.
+    Column("priority", SmallInteger, nullable=False, server_default=text(str(DEFAULT_PRIORITY))),
+    Column("concurrency_key", Text, nullable=False, server_default=text("''")),
+    Column("concurrency_limit", Integer),
     # ``key=value`` labels given at creation (atlas_jobs._app.tags), never confidential;
     # set once, never updated.
     Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
@@ -187,6 +195,11 @@ JOB_STATUS_COLUMNS = tuple(
         "replay_of",
         "run_at",
         "start_by",
+        # A queued job's lane (owner, kind@version, concurrency key) and its priority:
+        # what ``waiting_for`` looks up in the API's view of the claim's lanes and keys.
+        "owner",
+        "priority",
+        "concurrency_key",
         "tags",
     )
 )
@@ -195,6 +208,19 @@ JOB_STATUS_COLUMNS = tuple(
 # jobs are in it, so it stays small however many finished jobs the table holds.
 Index(
     "ix_jobs_claimable",
+    jobs.c.available_at,
+    jobs.c.seq,
+    postgresql_where=jobs.c.state == JobState.QUEUED.value,
+)
+# The claim's per-lane scan (atlas_jobs._app.db.queries, ``candidates``): one lane's queued
+# jobs -- owner, kind@version, concurrency key -- highest priority first, then FIFO.
+Index(
+    "ix_jobs_lanes",
+    jobs.c.owner,
+    jobs.c.kind,
+    jobs.c.kind_version,
+    jobs.c.concurrency_key,
+    jobs.c.priority.desc(),
     jobs.c.available_at,
     jobs.c.seq,
     postgresql_where=jobs.c.state == JobState.QUEUED.value,
@@ -396,6 +422,100 @@ owner_backlog = Table(
     postgresql_with=BACKLOG_STORAGE,
 )
 
+# Fair share (atlas_jobs._app.fairness). ``claim_lanes``: one row per lane -- an owner's queued
+# jobs of one kind@version and concurrency key -- added by the jobs triggers when a job of
+# a new lane is queued (one turn ahead of the least-served lane), removed by the sweeper
+# once the lane is empty
+# (atlas_prune_lanes). ``served`` is the lane's virtual time: each claim takes lanes
+# least-served first and advances each lane it visited by the jobs it took over the
+# owner's share. Updated by every claim, so its pages keep room for HOT-less churn and
+# it is vacuumed early.
+LANES_STORAGE = {
+    "fillfactor": "50",
+    "autovacuum_vacuum_scale_factor": "0",
+    "autovacuum_vacuum_threshold": "500",
+    "autovacuum_vacuum_cost_delay": "0",
+}
+
+claim_lanes = Table(
+    "claim_lanes",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("kind_version", Integer, nullable=False),
+    Column("concurrency_key", Text, nullable=False),
+    Column("served", Double, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("owner", "kind", "kind_version", "concurrency_key"),
+    postgresql_with=LANES_STORAGE,
+)
+Index("ix_claim_lanes_served", claim_lanes.c.served)
+
+# Concurrency and start-rate keys: how many jobs of the key run now (``running``, kept exact
+# by the jobs update trigger), the limit the key's jobs declared, an operator's limit
+# (``max_running``, which wins) and start rate (``rate`` starts per ``period_seconds``, a
+# token bucket: ``tokens`` as of ``refilled_at``). The claim locks the rows of the keys
+# it takes jobs of (SKIP LOCKED), so two claims never spend the same room.
+concurrency_keys = Table(
+    "concurrency_keys",
+    metadata,
+    Column("key", Text, nullable=False),
+    Column("declared_limit", Integer),
+    Column("max_running", Integer),
+    Column("running", Integer, nullable=False, server_default=text("0")),
+    Column("rate", Integer),
+    Column("period_seconds", Double),
+    Column("tokens", Double),
+    Column("refilled_at", TZ),
+    Column("updated_by", Text),
+    Column("updated_at", TZ),
+    PrimaryKeyConstraint("key"),
+    CheckConstraint(
+        "(declared_limit IS NULL OR declared_limit >= 1)"
+        " AND (max_running IS NULL OR max_running >= 0)",
+        name="limits_valid",
+    ),
+    CheckConstraint(
+        "(rate IS NULL) = (period_seconds IS NULL) AND (rate IS NULL OR rate >= 1) "
+        "AND (period_seconds IS NULL OR period_seconds > 0)",
+        name="rate_valid",
+    ),
+    postgresql_with=LANES_STORAGE,
+)
+
+# An owner's weight in the fair share (default 1 when it has no row), set by operators.
+owner_shares = Table(
+    "owner_shares",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("share", Integer, nullable=False),
+    Column("updated_by", Text, nullable=False),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("owner"),
+    CheckConstraint(f"share BETWEEN 1 AND {MAX_SHARE}", name="share_in_range"),
+)
+
+# Every operator change of a share or a key's limits: who, when, before and after.
+scheduling_changes = Table(
+    "scheduling_changes",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("actor", Text, nullable=False),
+    Column("setting", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("before", JSONB),
+    Column("after", JSONB),
+    Column("note", Text),
+    PrimaryKeyConstraint("seq"),
+    CheckConstraint("setting IN ('owner_share', 'concurrency_key')", name="setting_known"),
+)
+Index(
+    "ix_scheduling_changes_setting_subject",
+    scheduling_changes.c.setting,
+    scheduling_changes.c.subject,
+    scheduling_changes.c.seq,
+)
+
 api_keys = Table(
     "api_keys",
     metadata,
@@ -508,6 +628,10 @@ schedules = Table(
     # (revision 5c1d2e3f4a6b); NULL: none.
     Column("job_delay_seconds", Integer),
     Column("job_start_within_seconds", Integer),
+    # The created jobs' priority (NULL: the default) and the concurrency key they name
+    # (NULL: none; where their kind takes one).
+    Column("priority", SmallInteger),
+    Column("concurrency_key", Text),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),

@@ -63,6 +63,11 @@ class KindSpec:
     jitter: bool = True
     timeout_seconds: float | None = None
     stages: tuple[Stage, ...] = ()
+    concurrency_key: str | None = None
+    """The concurrency key its jobs share (``None``: no limit; :mod:`atlas_jobs._app.fairness`)."""
+    concurrency_limit: int | None = None
+    concurrency_per_job: bool = False
+    """Whether a job may name its own key (stored under ``concurrency_key``)."""
     source: str = ""
     """Where the declaration came from (a module, an entry point): for start-up logs."""
     declaration: Kind[Any] | None = field(default=None, compare=False, repr=False)
@@ -91,6 +96,11 @@ class KindSpec:
             jitter=retry.jitter,
             timeout_seconds=kind.timeout,
             stages=kind.stages,
+            concurrency_key=None
+            if kind.concurrency is None
+            else (kind.concurrency.key or kind.name),
+            concurrency_limit=None if kind.concurrency is None else kind.concurrency.limit,
+            concurrency_per_job=kind.concurrency is not None and kind.concurrency.per_job,
             source=source,
             declaration=kind,
         )

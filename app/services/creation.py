@@ -44,7 +44,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from atlas_jobs._app import tracing
+from atlas_jobs._app import fairness, tracing
 from atlas_jobs._app.apikeys import Principal
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import queries, reads, webhooks
@@ -322,9 +322,13 @@ def fingerprint(
     notify: uuid.UUID | None = None,
     tags: Sequence[str] = (),
     when: Timing | None = None,
+    *,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    whom it notifies when it does, its tags, sorted, and when it may start)."""
+    whom it notifies when it does, its tags, sorted, when it may start, and the priority
+    and key it was asked with)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
@@ -332,6 +336,10 @@ def fingerprint(
         document["tags"] = list(tags)
     if when is not None:
         document |= when.fingerprinted()
+    if priority is not None:
+        document["priority"] = priority
+    if concurrency_key is not None:
+        document["concurrency_key"] = concurrency_key
     canonical = json.dumps(
         document,
         sort_keys=True,
@@ -339,6 +347,28 @@ def fingerprint(
         ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def concurrency_of(
+    spec: KindSpec, named: str | None, loc: tuple[str | int, ...] = ("body",)
+) -> tuple[str | None, int | None]:
+    """The stored concurrency key and declared limit of a job of ``spec`` that names
+    ``named`` (or none), or the refusal naming ``concurrency_key`` when its kind takes
+    none."""
+    if named is not None and not spec.concurrency_per_job:
+        raise InvalidRequest(
+            f"{spec.name} takes no concurrency key",
+            errors=[
+                {
+                    "loc": [str(part) for part in (*loc, "concurrency_key")],
+                    "msg": f"kind {spec.name} declares no per-job concurrency key",
+                    "type": "concurrency_key_unknown",
+                }
+            ],
+        )
+    if spec.concurrency_key is None:
+        return None, None
+    return fairness.job_key(spec.concurrency_key, named), spec.concurrency_limit
 
 
 def checked_tags(body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)) -> tuple[str, ...]:
@@ -362,6 +392,7 @@ def _prepare(
     request: CreationRequest, owner: str, request_id: str | None, clock: Clock
 ) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
+    key, limit = concurrency_of(spec, request.body.concurrency_key, request.loc)
     tags = checked_tags(request.body, request.loc)
     when = timing(request.body, request.loc, clock)
     new = NewJob(
@@ -373,6 +404,9 @@ def _prepare(
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
         idempotency_key=request.idempotency_key,
+        priority=request.body.priority,
+        concurrency_key=key,
+        concurrency_limit=limit,
         tags=tags,
         traceparent=tracing.current_traceparent(),
         run_at=when.run_at,
@@ -383,7 +417,15 @@ def _prepare(
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify, tags, when)
+        else fingerprint(
+            spec.name,
+            normalized,
+            request.body.notify,
+            tags,
+            when,
+            priority=request.body.priority,
+            concurrency_key=request.body.concurrency_key,
+        )
     )
     return _Prepared(request, new, digest)
 

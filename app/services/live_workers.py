@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import structlog
@@ -46,6 +46,19 @@ class LiveWorkers:
         """The pause holding ``kind@version`` (one version's before every version's)."""
         held = [p for p in self.pauses if p.covers(kind, version)]
         return max(held, key=lambda p: p.version is not None) if held else None
+
+    scheduling: reads.SchedulingView | None = None
+    """The claim's lanes and full keys as last read (why a queued job waits)."""
+    _ranks: dict[reads.Lane, int] = field(default_factory=dict)
+
+    def adopt(self, view: reads.SchedulingView) -> None:
+        """Keep ``view`` and each lane's rank (lanes served before it)."""
+        self._ranks = {lane: rank for rank, (lane, _) in enumerate(view.lanes)}
+        self.scheduling = view
+
+    def lanes_ahead(self, lane: reads.Lane) -> int | None:
+        """How many lanes take their turn before ``lane`` (``None``: not seen)."""
+        return self._ranks.get(lane)
 
     def serving(self, key: str) -> int | None:
         """Live workers serving ``key``; ``None`` while nothing is known."""
@@ -78,9 +91,12 @@ async def refresh_once(
     async with asyncio.timeout(READ_TIMEOUT_SECONDS), engine.connect() as conn:
         counts = await reads.live_workers(conn, clock.now(), window_seconds=window_seconds)
         paused = await pauses.paused(conn)
-    live.counts = MappingProxyType(counts)
-    live.pauses = tuple(paused)
-    live.read_at = time.monotonic()
+        # The workers and pauses first: what no_worker and paused need is known before
+        # the lanes are read.
+        live.counts = MappingProxyType(counts)
+        live.pauses = tuple(paused)
+        live.read_at = time.monotonic()
+        live.adopt(await reads.scheduling_view(conn, clock.now()))
 
 
 async def run_refresher(

@@ -20,10 +20,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictInt,
     create_model,
     field_validator,
 )
 
+from atlas_jobs._app.fairness import DEFAULT_PRIORITY, JOB_KEY_PATTERN, MAX_PRIORITY, MIN_PRIORITY
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.lifecycle import (
     DeliveryState,
@@ -101,6 +103,29 @@ class JobCreateBase(StrictModel):
         description="The start deadline as seconds after the creation (a schedule's job: "
         "after its tick); more than `delay_seconds`. Not with `start_by`.",
         examples=[3600],
+    )
+    priority: StrictInt | None = Field(
+        default=None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description=(
+            f"{MIN_PRIORITY}-{MAX_PRIORITY}, default {DEFAULT_PRIORITY}: among the owner's "
+            "queued jobs of the same kind (and concurrency key), a higher priority starts "
+            "first; FIFO within a priority. It orders an owner's own work: it does not "
+            "jump other owners' (fair share)."
+        ),
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=JOB_KEY_PATTERN,
+        description=(
+            "For a kind whose concurrency limit is per job key (declared "
+            "`Concurrency(per_job=True)`): the key this job counts against, e.g. one customer; "
+            "at most the kind's limit of jobs of one key run at once. A kind without "
+            "per-job keys refuses it (422)."
+        ),
     )
     tags: list[Tag] = Field(
         default_factory=list,
@@ -365,7 +390,9 @@ class WaitingForPublic(BaseModel):
         "`start_deadline_passed` -- no worker claimed it by its `start_by`, so it will "
         "never start (the next maintenance pass ends it `failed`); `no_worker` -- no live "
         "worker process serves the job's kind@version; `paused` -- an operator paused its "
-        "kind (`by`, `at`, `note`)."
+        "kind (`by`, `at`, `note`); `concurrency` -- its concurrency key is at its limit; "
+        "`fair_share` -- the queue is behind and other owners take their turn first; "
+        "`backlog` -- the queue is behind and older jobs start first."
     )
     kind: str | None = Field(
         default=None,
@@ -385,6 +412,30 @@ class WaitingForPublic(BaseModel):
     )
     start_by: datetime | None = Field(
         default=None, description="The start deadline that passed (reason `start_deadline_passed`)."
+    )
+    key: str | None = Field(
+        default=None,
+        description="The concurrency key at its limit (reason `concurrency`).",
+        examples=["press"],
+    )
+    limit: int | None = Field(
+        default=None, description="The key's limit: jobs running at once (`concurrency`)."
+    )
+    running: int | None = Field(
+        default=None, description="Jobs of the key running now (`concurrency`)."
+    )
+    ahead_of_you: int | None = Field(
+        default=None,
+        description="About how many other lanes start a job before this job's lane's "
+        "next turn (`fair_share`).",
+    )
+    estimate: bool | None = Field(
+        default=None,
+        description="True when the numbers are an estimate (`fair_share`, `backlog`).",
+    )
+    queue_age_seconds: float | None = Field(
+        default=None,
+        description="How long the oldest claimable job has waited (`fair_share`, `backlog`).",
     )
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
@@ -420,6 +471,11 @@ class JobPublic(BaseModel):
     finished_at: datetime | None = Field(description="When it reached a terminal state.")
     attempt: int = Field(description="Attempts started so far (0 before the first claim).")
     max_attempts: int = Field(description="Attempts allowed before the job needs attention.")
+    priority: int = Field(
+        description=f"{MIN_PRIORITY}-{MAX_PRIORITY}: a higher one starts first among the "
+        "owner's queued jobs of its kind and concurrency key.",
+        examples=[DEFAULT_PRIORITY],
+    )
     next_attempt_at: datetime | None = Field(description="Set while queued for a retry.")
     last_error: ErrorPublic | None = Field(
         description="The error that caused the pending retry (queued with reason `retry`) "
@@ -451,9 +507,10 @@ class JobPublic(BaseModel):
     )
     waiting_for: WaitingForPublic | None = Field(
         description="Set on a queued job that something holds (its `run_at` is ahead, its "
-        "start deadline passed, its kind is paused, or no live worker serves its "
-        "kind@version); null otherwise. Pauses and workers are read from the API's view of "
-        "them, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        "start deadline passed, its kind is paused, no live worker serves its kind@version, "
+        "its concurrency key is at its limit, the queue is behind: fair share or backlog); "
+        "null otherwise. Read from the API's view of the pauses, the live workers and the "
+        "claim's lanes and keys, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

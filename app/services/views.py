@@ -76,12 +76,20 @@ def effective_delivery(job: Any) -> DeliveryState:
     return delivery
 
 
+BEHIND_SECONDS = 5.0
+"""The queue is *behind* once its oldest claimable job has waited this long: only then
+does a queued job say it waits for its turn (``fair_share``) or for older jobs
+(``backlog``)."""
+
+
 def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
-    the paused kinds and the live workers (:mod:`atlas_jobs._app.services.live_workers`): no
-    query. A pause is named before a missing worker. ``None`` for a job
-    that is not queued, or while nothing is known of the workers (no API in this
-    process, or its first read has not answered)."""
+    the paused kinds, the live workers and the claim's lanes and keys
+    (:mod:`atlas_jobs._app.services.live_workers`): no query. ``None`` for a job that is
+    not queued, or while nothing is known (no API in this process, or its first read has
+    not answered). In order: its time (a passed start deadline, a ``run_at`` ahead); its
+    kind paused; no worker for its kind@version; its concurrency key at its limit; the
+    queue behind -- other lanes first (fair share), else older jobs (backlog)."""
     if job.state != JobState.QUEUED:
         return None
     timing = _timing_hold(job, now)
@@ -99,12 +107,47 @@ def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
             "note": pause.note,
             "message": paused_phrase(pause.paused_by, pause.paused_at, pause.note),
         }
-    if live is None or live.serving(key) != 0:
+    if live is None or live.serving(key) is None:
         return None
+    if live.serving(key) == 0:
+        return {
+            "reason": WaitingReason.NO_WORKER,
+            "kind": key,
+            "message": f"no live worker serves {key}",
+        }
+    view = live.scheduling
+    observed = getattr(job, "observed_at", None)
+    if view is None or (
+        job.reason == Reason.RETRY and (observed is None or job.available_at > observed)
+    ):
+        return None
+    if job.concurrency_key and job.concurrency_key in view.full_keys:
+        limit, running = view.full_keys[job.concurrency_key]
+        return {
+            "reason": WaitingReason.CONCURRENCY,
+            "key": job.concurrency_key,
+            "limit": limit,
+            "running": running,
+            "message": f"waiting for a slot in {job.concurrency_key}"
+            + ("" if limit is None else f" ({running} of {limit} busy)"),
+        }
+    age = view.queue_age_seconds
+    if age is None or age < BEHIND_SECONDS:
+        return None
+    ahead = live.lanes_ahead((job.owner, job.kind, job.kind_version, job.concurrency_key))
+    if ahead:
+        return {
+            "reason": WaitingReason.FAIR_SHARE,
+            "ahead_of_you": ahead,
+            "estimate": True,
+            "queue_age_seconds": round(age, 1),
+            "message": f"about {ahead} other lanes take their turn first",
+        }
     return {
-        "reason": WaitingReason.NO_WORKER,
-        "kind": key,
-        "message": f"no live worker serves {key}",
+        "reason": WaitingReason.BACKLOG,
+        "queue_age_seconds": round(age, 1),
+        "estimate": True,
+        "message": f"older jobs start first (the oldest has waited {round(age)} s)",
     }
 
 
@@ -190,6 +233,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
+        "priority": job.priority,
         "next_attempt_at": next_attempt_at(job),
         "last_error": _error(job.last_error) if retrying or state == JobState.UNRESOLVED else None,
         "lease_expires_at": job.lease_expires_at if active else None,

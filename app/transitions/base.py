@@ -33,6 +33,12 @@ class NewJob:
     trigger: Mapping[str, Any] | None = None
     """What started the job besides a request (a schedule and its tick), recorded in
     the creation's history ``data``."""
+    priority: int | None = None
+    """``None``: the default (atlas_jobs._app.fairness.DEFAULT_PRIORITY)."""
+    concurrency_key: str | None = None
+    """The stored concurrency key (atlas_jobs._app.fairness.job_key), ``None`` for none."""
+    concurrency_limit: int | None = None
+    """The limit the job's kind declared for its key."""
     tags: tuple[str, ...] = ()
     """The job's ``key=value`` tags (atlas_jobs._app.tags), sorted."""
     traceparent: str | None = None

@@ -172,6 +172,9 @@ class RequestMoves(Service):
             max_attempts=old.max_attempts,
             max_elapsed_seconds=old.max_elapsed_seconds,
             replay_of=old.id,
+            priority=old.priority,
+            concurrency_key=old.concurrency_key or None,
+            concurrency_limit=old.concurrency_limit,
             tags=tuple(old.tags),
         )
         [created] = await self.create_many(
@@ -386,6 +389,9 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_run_after": new.run_after,
         "p_start_by": new.start_by,
         "p_start_within": new.start_within,
+        "p_priority": new.priority,
+        "p_concurrency_key": new.concurrency_key,
+        "p_concurrency_limit": new.concurrency_limit,
         "p_tags": json.dumps(list(new.tags)) if new.tags else None,
     }
 
@@ -411,6 +417,9 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_run_after": _optional([n.run_after for n in batch]),
         "p_start_by": _optional([n.start_by for n in batch]),
         "p_start_within": _optional([n.start_within for n in batch]),
+        "p_priority": _optional([n.priority for n in batch]),
+        "p_concurrency_key": _optional([n.concurrency_key for n in batch]),
+        "p_concurrency_limit": _optional([n.concurrency_limit for n in batch]),
         "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
     }
 

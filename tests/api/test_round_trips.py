@@ -37,10 +37,11 @@ def counting(app: FastAPI) -> Iterator[Trips]:
     trips = Trips()
 
     def background() -> bool:
-        # The API's metrics sampler queries on its own cadence; on a busy machine its
-        # first sample can land inside the request being counted.
+        # The API's metrics sampler and its live-workers view (workers, lanes, keys) query
+        # on their own cadence; on a busy machine a read can land inside the request
+        # being counted.
         task = asyncio.current_task()
-        return task is not None and task.get_name() == "metrics-sampler"
+        return task is not None and task.get_name() in {"metrics-sampler", "live-workers"}
 
     def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         if not background():

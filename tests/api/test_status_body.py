@@ -86,6 +86,7 @@ def model_by_model(job: Any, stages: Sequence[Any]) -> JobPublic:
         finished_at=job.finished_at,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
+        priority=job.priority,
         next_attempt_at=next_attempt_at(job),
         last_error=_error(job.last_error) if retrying or state == JobState.UNRESOLVED else None,
         lease_expires_at=job.lease_expires_at if active else None,

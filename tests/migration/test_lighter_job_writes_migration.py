@@ -9,12 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.engine import create_engine
 from atlas_jobs._app.db.schema import TERMINAL_SQL
 from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Transitions
-from tests.factory import JobFactory
+from tests.migration.rows import RawJobs
 from tests.support import Server, alembic
 
 REVISION = "d0e1f2a3b4c5"
@@ -62,7 +60,7 @@ async def test_upgrade_and_downgrade_with_jobs_keep_the_counters_and_the_rule(
         await alembic(url, "upgrade", PARENT)
         engine = create_engine(url, pool_size=2)
         try:
-            jobs = JobFactory(engine, Transitions(Clock(), lease_seconds=30))
+            jobs = RawJobs(engine)
             for state in (JobState.QUEUED, JobState.SUCCEEDED, JobState.WAITING):
                 await jobs.make(state, owner="alice")
             for state in (JobState.RUNNING, JobState.FAILED, JobState.UNRESOLVED):

@@ -8,12 +8,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.engine import create_engine
 from atlas_jobs._app.db.schema import TERMINAL_SQL
 from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Transitions
-from tests.factory import JobFactory
+from tests.migration.rows import RawJobs
 from tests.support import Server, alembic, alembic_config
 
 REVISION = "c4d5e6f7a8b9"
@@ -42,7 +40,7 @@ async def test_upgrade_backfills_existing_jobs_and_downgrade_restores_counting(
         await alembic(url, "upgrade", REVISION)
         engine = create_engine(url, pool_size=2)
         try:
-            jobs = JobFactory(engine, Transitions(Clock(), lease_seconds=30))
+            jobs = RawJobs(engine)
             for state in (JobState.QUEUED, JobState.QUEUED, JobState.SUCCEEDED):
                 await jobs.make(state, owner="alice")
             for state in (JobState.RUNNING, JobState.FAILED, JobState.WAITING):

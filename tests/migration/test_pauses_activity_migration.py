@@ -11,8 +11,7 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import activity, pauses
 from atlas_jobs._app.db.engine import create_engine
 from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Transitions
-from tests.factory import JobFactory
+from tests.migration.rows import RawJobs
 from tests.support import Server, alembic
 
 PAUSES = "9c1d2e3f4a5b"
@@ -34,7 +33,7 @@ async def test_upgrades_add_pauses_and_the_rollup_and_downgrades_remove_only_the
                 tables = set((await conn.execute(text(TABLES))).scalars())
                 indexes = set((await conn.execute(text(INDEXES))).scalars())
             await alembic(url, "upgrade", PAUSES)  # the claim reads the pauses from here on
-            await JobFactory(engine, Transitions(clock, lease_seconds=30)).make(JobState.SUCCEEDED)
+            await RawJobs(engine).make(JobState.SUCCEEDED)
 
             await alembic(url, "upgrade", ACTIVITY)
             async with engine.begin() as conn:

@@ -10,11 +10,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.engine import create_engine
 from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Transitions
-from tests.factory import JobFactory
+from tests.migration.rows import RawJobs
 from tests.support import Server, alembic
 
 REVISION = "a3b4c5d6e7f8"
@@ -58,7 +56,7 @@ async def test_upgrade_and_downgrade_with_rows_keep_every_rule(pg_server: Server
         await alembic(url, "upgrade", PARENT)
         engine = create_engine(url, pool_size=2)
         try:
-            jobs = JobFactory(engine, Transitions(Clock(), lease_seconds=30))
+            jobs = RawJobs(engine)
             for state in JobState:
                 await jobs.make(state)
             former = await catalog(engine, CHECKS)

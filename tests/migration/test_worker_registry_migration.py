@@ -10,8 +10,7 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads, workers
 from atlas_jobs._app.db.engine import create_engine
 from atlas_jobs._app.lifecycle import JobState
-from atlas_jobs._app.transitions import Transitions
-from tests.factory import JobFactory
+from tests.migration.rows import RawJobs
 from tests.support import Server, alembic
 
 REVISION = "33017a7e68cb"
@@ -25,7 +24,7 @@ async def test_upgrade_adds_the_registry_and_downgrade_drops_only_it(pg_server: 
         engine = create_engine(url, pool_size=2)
         clock = Clock()
         try:
-            await JobFactory(engine, Transitions(clock, lease_seconds=30)).make(JobState.QUEUED)
+            await RawJobs(engine).make(JobState.QUEUED)
             async with engine.connect() as conn:
                 before = set((await conn.execute(text(TABLES))).scalars())
             assert "worker_processes" not in before

@@ -55,15 +55,15 @@ async def test_claim_query_uses_the_partial_index_with_50000_queued_jobs(
     plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
     nodes = _plan_nodes(plan)
     scans_of_jobs = [n for n in nodes if n.get("Relation Name") == "jobs"]
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
-    assert any(n.get("Index Name") == "ix_jobs_claimable" for n in scans_of_jobs), nodes
+    assert not [n for n in scans_of_jobs if n["Node Type"] == "Seq Scan"], nodes
+    assert any(n.get("Index Name") == "ix_jobs_lanes" for n in scans_of_jobs), nodes
 
 
 async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stale_stats(
     database_url: str, engine: AsyncEngine
 ) -> None:
     """Right after a bulk enqueue (no ANALYZE yet) the plan a worker session runs is an
-    ordered walk of ix_jobs_claimable that stops after LIMIT rows -- not a bitmap scan of
+    ordered walk of ix_jobs_lanes per lane that stops after LIMIT rows -- not a bitmap scan of
     every index entry followed by a sort (see WORKER_SESSION_SETTINGS)."""
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 20_000})
@@ -87,15 +87,15 @@ async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stal
         await worker_engine.dispose()
     plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
     nodes = _plan_nodes(plan)
-    kinds = {n["Node Type"] for n in nodes}
+    kinds = {n["Node Type"] for n in nodes if n.get("Relation Name", "jobs") == "jobs"}
     assert not kinds & {"Seq Scan", "Bitmap Heap Scan", "Bitmap Index Scan"}, kinds
-    # The picking subtree: Limit -> LockRows -> Index Scan, with no Sort in between (the
-    # only Sort allowed is the final ORDER BY over the <= LIMIT claimed rows).
-    [picking] = [
+    # The per-lane picking subtree: Limit -> LockRows -> Index Scan, with no Sort in
+    # between (the only Sort allowed is the final ORDER BY over the <= LIMIT claimed rows).
+    [picking, *_] = [
         n
-        for n in nodes
+        for n in reversed(nodes)
         if n["Node Type"] == "Limit"
-        and any(d.get("Index Name") == "ix_jobs_claimable" for d in _plan_nodes(n))
+        and any(d.get("Index Name") == "ix_jobs_lanes" for d in _plan_nodes(n))
     ]
     below = [d["Node Type"] for d in _plan_nodes(picking)]
     assert "Sort" not in below, below

@@ -67,7 +67,7 @@ async def test_claims_and_group_publications_are_prepared_once_and_reused(
                     explain_refusals=False,
                 )
         async with engine.connect() as conn:
-            claims = await _prepared(conn, "%WITH picked AS%")
+            claims = await _prepared(conn, "%WITH lanes AS%")
             publications = await _prepared(conn, "%'publish'%")
     finally:
         await engine.dispose()

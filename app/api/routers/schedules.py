@@ -43,7 +43,11 @@ from atlas_jobs._app.scheduling import (
     parse,
 )
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.creation import check_notify_target, validated_input
+from atlas_jobs._app.services.creation import (
+    check_notify_target,
+    concurrency_of,
+    validated_input,
+)
 from atlas_jobs._app.services.paging import SCHEDULE_CURSOR, fetch_size, page_of
 from atlas_jobs._app.services.schemas import JobCreateBase, Problem
 from atlas_jobs._app.services.views import job_path
@@ -86,6 +90,8 @@ def _public(row: Any) -> SchedulePublic:
             notify=row.notify_webhook_id,
             delay_seconds=row.job_delay_seconds,
             start_within_seconds=row.job_start_within_seconds,
+            priority=row.priority,
+            concurrency_key=row.concurrency_key,
         ),
         enabled=row.enabled,
         misfire_policy=MisfirePolicy(row.misfire_policy),
@@ -122,6 +128,7 @@ def _cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cro
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     spec, normalized = validated_input(body, ("body", "job"))
     _timing(body)
+    concurrency_of(spec, body.concurrency_key, ("body", "job"))  # a 422 for a key it takes none of
     return spec.name, spec.version, normalized
 
 
@@ -226,6 +233,8 @@ async def create_schedule(
         notify=body.job.notify,
         delay_seconds=body.job.delay_seconds,
         start_within_seconds=body.job.start_within_seconds,
+        priority=body.job.priority,
+        concurrency_key=body.job.concurrency_key,
         enabled=body.enabled,
         misfire_policy=body.misfire_policy,
         misfire_grace_seconds=body.misfire_grace_seconds,
@@ -331,6 +340,8 @@ async def change_schedule(
         changes["notify_webhook_id"] = body.job.notify
         changes["job_delay_seconds"] = body.job.delay_seconds
         changes["job_start_within_seconds"] = body.job.start_within_seconds
+        changes["priority"] = body.job.priority
+        changes["concurrency_key"] = body.job.concurrency_key
     owner = visible_owner(principal)
     async with state.engine.begin() as conn:
         if body.job is not None and body.job.notify is not None:

@@ -2116,17 +2116,19 @@ SELECT j.*,
 -- name: create_one
 -- create: new queued jobs and their history rows; one job, bound as scalars.
 WITH input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2137,7 +2139,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2146,25 +2148,27 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.observed_at FROM created;
 
 -- name: create_batch
 -- create: new queued jobs and their history rows; a batch, bound as arrays.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2176,7 +2180,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2185,25 +2189,27 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.observed_at FROM created;
 
 -- name: create_batch_tagged
 -- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, tags, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by, tags)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2215,7 +2221,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2224,7 +2230,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
 
 -- name: create_admitted_one
 -- create_admitted: create under the owner's admission cap; one job, bound as scalars.
@@ -2232,18 +2238,20 @@ WITH admission AS (
     SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
            AS unfinished
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE (SELECT unfinished FROM admission) + 1 <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2254,7 +2262,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2263,7 +2271,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch
@@ -2273,20 +2281,22 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2298,7 +2308,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2307,7 +2317,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch_tagged
@@ -2317,20 +2327,22 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, tags, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by, tags)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2342,7 +2354,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2351,7 +2363,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_keyed_one
@@ -2375,18 +2387,20 @@ WITH guard AS (
         ON CONFLICT DO NOTHING
     RETURNING job_id
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE EXISTS (SELECT 1 FROM keyed)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
-                      start_by)
+                      budget_started_at, request_id, idempotency_key, replay_of, priority,
+                      concurrency_key, concurrency_limit, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
-           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
+           request_id, idempotency_key, replay_of, COALESCE(priority, 4),
+           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           when_.start_by
       FROM input
            CROSS JOIN LATERAL (
                SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
@@ -2397,7 +2411,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data, key_id)
@@ -2407,23 +2421,103 @@ created AS (
            CAST(:actor_key AS uuid)
       FROM input AS i
 )
-SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.observed_at
   FROM guard CROSS JOIN admission LEFT JOIN created ON true;
 
 -- name: claim
 -- claim: queued -> running for up to :limit jobs, each with a new attempt; answers the whole row.
-WITH picked AS (
-    SELECT id
-      FROM jobs
-     WHERE state = 'queued'
-       AND available_at <= (now() + make_interval(secs => :clock_offset))
-       AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
-       AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+WITH lanes AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key, l.served
+      FROM claim_lanes AS l
+     WHERE (l.kind || '@' || l.kind_version) = ANY(CAST(:handlers AS text[]))
+       AND (l.concurrency_key = ''
+            OR EXISTS (SELECT 1 FROM concurrency_keys AS k
+                        WHERE k.key = l.concurrency_key
+                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+               WHEN k.rate IS NULL THEN 2147483647
+               ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
+                     / k.period_seconds))::integer
+           END) > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
+                      AND (q.start_by IS NULL OR q.start_by > (now() + make_interval(secs => :clock_offset)) OR q.attempt > 0)
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
-                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
-     ORDER BY available_at, seq
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
+     ORDER BY l.served
      LIMIT :limit
-       FOR UPDATE SKIP LOCKED
+), keys AS MATERIALIZED (
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+               WHEN k.rate IS NULL THEN 2147483647
+               ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
+                     / k.period_seconds))::integer
+           END)), 0) AS room
+      FROM concurrency_keys AS k
+     WHERE k.key IN (SELECT concurrency_key FROM lanes WHERE concurrency_key <> '')
+       FOR NO KEY UPDATE SKIP LOCKED
+), open AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key,
+           row_number() OVER (ORDER BY l.served) AS pos,
+           LEAST(COALESCE(k.room, :limit), :limit) AS room
+      FROM lanes AS l LEFT JOIN keys AS k ON k.key = l.concurrency_key
+     WHERE l.concurrency_key = '' OR k.room > 0
+     ORDER BY l.served
+), candidates AS MATERIALIZED (
+    SELECT c.id, c.seq, o.concurrency_key, o.pos
+      FROM open AS o
+     CROSS JOIN LATERAL (
+        SELECT j.id, j.seq
+          FROM jobs AS j
+         WHERE j.owner = o.owner
+           AND j.kind = o.kind
+           AND j.kind_version = o.kind_version
+           AND j.concurrency_key = o.concurrency_key
+           AND j.state = 'queued'
+           AND j.available_at <= (now() + make_interval(secs => :clock_offset))
+           AND (j.start_by IS NULL OR j.start_by > (now() + make_interval(secs => :clock_offset)) OR j.attempt > 0)
+         ORDER BY j.priority DESC, j.available_at, j.seq
+         LIMIT o.room
+           FOR UPDATE SKIP LOCKED
+     ) AS c
+     LIMIT :limit
+), visited AS (
+    SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
+           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+      FROM open AS o
+      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN owner_shares AS s ON s.owner = o.owner
+     WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
+                       FROM candidates)
+     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
+), held AS (
+    SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
+      FROM claim_lanes AS t
+      JOIN visited AS v
+        ON (t.owner, t.kind, t.kind_version, t.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+       FOR NO KEY UPDATE OF t SKIP LOCKED
+), turned AS (
+    UPDATE claim_lanes AS l
+       SET served = l.served + v.step
+      FROM held AS h
+      JOIN visited AS v
+        ON (h.owner, h.kind, h.kind_version, h.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+     WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
+           = (h.owner, h.kind, h.kind_version, h.concurrency_key)
+), picked AS (
+    SELECT c.id
+      FROM (SELECT c.id, c.concurrency_key,
+                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
+              FROM candidates AS c) AS c
+      LEFT JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.concurrency_key = '' OR c.nth <= k.room
 ), moved AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
@@ -2452,18 +2546,98 @@ SELECT *, (now() + make_interval(secs => :clock_offset)) AS observed_at FROM mov
 
 -- name: claim_to_run
 -- claim_to_run: the same claim, answering only what a worker needs to start each attempt.
-WITH picked AS (
-    SELECT id
-      FROM jobs
-     WHERE state = 'queued'
-       AND available_at <= (now() + make_interval(secs => :clock_offset))
-       AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
-       AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+WITH lanes AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key, l.served
+      FROM claim_lanes AS l
+     WHERE (l.kind || '@' || l.kind_version) = ANY(CAST(:handlers AS text[]))
+       AND (l.concurrency_key = ''
+            OR EXISTS (SELECT 1 FROM concurrency_keys AS k
+                        WHERE k.key = l.concurrency_key
+                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+               WHEN k.rate IS NULL THEN 2147483647
+               ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
+                     / k.period_seconds))::integer
+           END) > 0))
+       AND EXISTS (SELECT 1 FROM jobs AS q
+                    WHERE q.owner = l.owner AND q.kind = l.kind
+                      AND q.kind_version = l.kind_version
+                      AND q.concurrency_key = l.concurrency_key
+                      AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
+                      AND (q.start_by IS NULL OR q.start_by > (now() + make_interval(secs => :clock_offset)) OR q.attempt > 0)
+                    ORDER BY q.priority DESC, q.available_at, q.seq
+                   OFFSET 0 LIMIT 1)
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
-                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
-     ORDER BY available_at, seq
+                        WHERE p.kind = l.kind AND p.version IN (0, l.kind_version))
+     ORDER BY l.served
      LIMIT :limit
-       FOR UPDATE SKIP LOCKED
+), keys AS MATERIALIZED (
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+               WHEN k.rate IS NULL THEN 2147483647
+               ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
+                     / k.period_seconds))::integer
+           END)), 0) AS room
+      FROM concurrency_keys AS k
+     WHERE k.key IN (SELECT concurrency_key FROM lanes WHERE concurrency_key <> '')
+       FOR NO KEY UPDATE SKIP LOCKED
+), open AS MATERIALIZED (
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key,
+           row_number() OVER (ORDER BY l.served) AS pos,
+           LEAST(COALESCE(k.room, :limit), :limit) AS room
+      FROM lanes AS l LEFT JOIN keys AS k ON k.key = l.concurrency_key
+     WHERE l.concurrency_key = '' OR k.room > 0
+     ORDER BY l.served
+), candidates AS MATERIALIZED (
+    SELECT c.id, c.seq, o.concurrency_key, o.pos
+      FROM open AS o
+     CROSS JOIN LATERAL (
+        SELECT j.id, j.seq
+          FROM jobs AS j
+         WHERE j.owner = o.owner
+           AND j.kind = o.kind
+           AND j.kind_version = o.kind_version
+           AND j.concurrency_key = o.concurrency_key
+           AND j.state = 'queued'
+           AND j.available_at <= (now() + make_interval(secs => :clock_offset))
+           AND (j.start_by IS NULL OR j.start_by > (now() + make_interval(secs => :clock_offset)) OR j.attempt > 0)
+         ORDER BY j.priority DESC, j.available_at, j.seq
+         LIMIT o.room
+           FOR UPDATE SKIP LOCKED
+     ) AS c
+     LIMIT :limit
+), visited AS (
+    SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
+           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+      FROM open AS o
+      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN owner_shares AS s ON s.owner = o.owner
+     WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
+                       FROM candidates)
+     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
+), held AS (
+    SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
+      FROM claim_lanes AS t
+      JOIN visited AS v
+        ON (t.owner, t.kind, t.kind_version, t.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+       FOR NO KEY UPDATE OF t SKIP LOCKED
+), turned AS (
+    UPDATE claim_lanes AS l
+       SET served = l.served + v.step
+      FROM held AS h
+      JOIN visited AS v
+        ON (h.owner, h.kind, h.kind_version, h.concurrency_key)
+           = (v.owner, v.kind, v.kind_version, v.concurrency_key)
+     WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
+           = (h.owner, h.kind, h.kind_version, h.concurrency_key)
+), picked AS (
+    SELECT c.id
+      FROM (SELECT c.id, c.concurrency_key,
+                   row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
+              FROM candidates AS c) AS c
+      LEFT JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.concurrency_key = '' OR c.nth <= k.room
 ), moved AS (
     UPDATE jobs AS j
        SET version = j.version + 1,

@@ -306,6 +306,16 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
     match refusal:
         case refusals.JobNotFound():
             return JobNotFoundError()
+        case refusals.WebhookNotFound():
+            return WebhookNotFoundError()
+        case refusals.ScheduleNotFound():
+            return ScheduleNotFoundError()
+        case refusals.TooManySchedules(owner=owner, count=count, limit=limit):
+            return TooManySchedulesError(
+                f"{owner} has {count} schedules (limit {limit}); delete one first", limit=limit
+            )
+        case refusals.DownloadGone(detail=detail):
+            return DownloadGoneError(detail)
         case refusals.ResultExpired(state=state, delivery=delivery):
             return ResultExpiredError(
                 "The result's retention passed; the job is still succeeded",

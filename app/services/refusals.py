@@ -38,6 +38,32 @@ class JobNotFound(Refusal):
 
 
 @dataclass(eq=False)
+class WebhookNotFound(Refusal):
+    """No such webhook endpoint -- or another owner's, answered the same way."""
+
+
+@dataclass(eq=False)
+class ScheduleNotFound(Refusal):
+    """No such schedule -- or another owner's, answered the same way."""
+
+
+@dataclass(eq=False)
+class TooManySchedules(Refusal):
+    """The owner already has as many schedules as allowed."""
+
+    owner: str
+    count: int
+    limit: int | None
+
+
+@dataclass(eq=False)
+class DownloadGone(Refusal):
+    """The signed download's job or file is no longer available (``detail`` says which)."""
+
+    detail: str
+
+
+@dataclass(eq=False)
 class ResultNotReady(Refusal):
     """The job's delivery is not ``available`` (yet, or any more but not expired)."""
 

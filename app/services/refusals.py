@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from atlas_jobs._app.lifecycle import JobState
+    from atlas_jobs._app.services.schemas import JobPublic
+    from atlas_jobs._app.transitions import RejectReason
 
 
 def clean_validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
@@ -35,6 +40,28 @@ class Refusal(Exception):  # noqa: N818 - a refusal, not a failure
 @dataclass(eq=False)
 class JobNotFound(Refusal):
     """No such job -- or another owner's, which is answered the same way."""
+
+
+@dataclass(eq=False)
+class MoveRefused(Refusal):
+    """A job's action the lifecycle refused: ``transition`` asked of a job in state
+    ``current`` (``job``: its row, ``public``: its status now; both ``None`` when there
+    is no such job, or it is another owner's)."""
+
+    transition: str
+    reason: RejectReason
+    current: JobState | None
+    job: Any
+    public: JobPublic | None
+
+
+@dataclass(eq=False)
+class FourEyesRefused(Refusal):
+    """Four-eyes reviews: an approval by the holder (or key) that submitted the job
+    (``holder``), or by a key naming no holder (``holder_required``)."""
+
+    holder: str | None
+    holder_required: bool = False
 
 
 @dataclass(eq=False)

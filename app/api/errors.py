@@ -365,6 +365,8 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
                 + (f"holder {holder!r}" if holder else "this key")
                 + "; another holder must approve it"
             )
+        case refusals.NotAllowed(detail=detail):
+            return ForbiddenError(detail)
         case refusals.WebhookNotFound():
             return WebhookNotFoundError()
         case refusals.ScheduleNotFound():

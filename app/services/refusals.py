@@ -65,6 +65,13 @@ class FourEyesRefused(Refusal):
 
 
 @dataclass(eq=False)
+class NotAllowed(Refusal):
+    """The caller's role does not allow this action (``detail`` says what it needs)."""
+
+    detail: str
+
+
+@dataclass(eq=False)
 class WebhookNotFound(Refusal):
     """No such webhook endpoint -- or another owner's, answered the same way."""
 

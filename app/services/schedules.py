@@ -15,13 +15,19 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import schedules as store
 from atlas_jobs._app.db.schedules import ScheduleSpec
 from atlas_jobs._app.scheduling import Cron, InvalidScheduleError, check_interval, parse
 from atlas_jobs._app.services.creation import check_notify_target
 from atlas_jobs._app.services.paging import Page, fetch_size, page_of
-from atlas_jobs._app.services.refusals import InvalidRequest, ScheduleNotFound, TooManySchedules
+from atlas_jobs._app.services.refusals import (
+    InvalidRequest,
+    NotAllowed,
+    ScheduleNotFound,
+    TooManySchedules,
+)
 
 __all__ = [
     "ScheduleSpec",
@@ -29,11 +35,21 @@ __all__ = [
     "create",
     "fires",
     "instant_before",
+    "owner_for",
     "page",
     "read",
     "remove",
     "validated_cron",
 ]
+
+
+def owner_for(principal: Principal, requested: str | None) -> str:
+    """Whose schedule a creation makes: the caller's own, or (operators only) another's."""
+    if requested is None or requested == principal.owner:
+        return principal.owner
+    if not principal.has(Role.OPERATOR):
+        raise NotAllowed("Only operators may create a schedule for another owner")
+    return requested
 
 
 def validated_cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cron:

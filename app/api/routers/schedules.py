@@ -14,7 +14,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
-from atlas_jobs._app.api.errors import ForbiddenError
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -94,14 +93,6 @@ def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     return spec.name, spec.version, normalized
 
 
-def _owner_for(principal: Principal, requested: str | None) -> str:
-    if requested is None or requested == principal.owner:
-        return principal.owner
-    if not principal.has(Role.OPERATOR):
-        raise ForbiddenError("Only operators may create a schedule for another owner")
-    return requested
-
-
 @router.post(
     "",
     name="create",
@@ -140,7 +131,7 @@ async def create_schedule(
         body.cron, body.timezone, min_interval_seconds=settings.schedule_min_interval_seconds
     )
     kind, kind_version, job_input = _job(body.job)
-    owner = _owner_for(principal, body.owner)
+    owner = schedules.owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
         owner=owner,
         name=body.name,

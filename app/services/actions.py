@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.lifecycle import ActorKind
@@ -36,7 +37,7 @@ class Moved:
     """A move that took effect: the row after it and its status body. ``replayed``: the
     same decision took effect before and nothing was recorded again."""
 
-    job: Any
+    job: Row[Any]
     public: JobPublic
     replayed: bool = False
 

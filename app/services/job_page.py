@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.clock import Clock
@@ -26,7 +27,7 @@ class JobPage:
     of the action asked on the page, if it was refused (then the status is the
     winner's)."""
 
-    job: Any
+    job: Row[Any]
     status: JobPublic
     history: list[HistoryItem]
     refused: MoveRefused | None = None
@@ -66,7 +67,7 @@ async def cancel_from_page(
         )
         found = await settled(conn, outcome)
         if isinstance(found, MoveRefused):
-            if found.public is None:
+            if found.public is None or found.job is None:
                 raise JobNotFound()
             return JobPage(
                 found.job, found.public, await _history(conn, job_id, history), refused=found

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sqlalchemy import Row
+
     from atlas_jobs._app.lifecycle import JobState
     from atlas_jobs._app.services.schemas import JobPublic
     from atlas_jobs._app.transitions import RejectReason
@@ -51,7 +53,7 @@ class MoveRefused(Refusal):
     transition: str
     reason: RejectReason
     current: JobState | None
-    job: Any
+    job: Row[Any] | None
     public: JobPublic | None
 
 

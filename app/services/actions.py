@@ -66,9 +66,11 @@ async def settled(conn: AsyncConnection, outcome: MoveResult) -> Moved | MoveRef
 async def refusal_of(conn: AsyncConnection, outcome: Rejected) -> MoveRefused:
     """The refused move with the job's status now (none when there is no such job)."""
     if outcome.reason == RejectReason.NOT_FOUND or outcome.job is None:
-        return MoveRefused(outcome.transition, outcome.reason, outcome.current, None, None)
+        return MoveRefused(outcome.transition, outcome.reason, outcome.current)
     public = await public_status(conn, outcome.job)
-    return MoveRefused(outcome.transition, outcome.reason, outcome.current, outcome.job, public)
+    return MoveRefused(
+        outcome.transition, outcome.reason, outcome.current, job=outcome.job, public=public
+    )
 
 
 async def _run(

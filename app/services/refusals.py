@@ -52,9 +52,9 @@ class MoveRefused(Refusal):
 
     transition: str
     reason: RejectReason
-    current: JobState | None
-    job: Row[Any] | None
-    public: JobPublic | None
+    current: JobState | None = None
+    job: Row[Any] | None = None
+    public: JobPublic | None = None
 
 
 @dataclass(eq=False)

@@ -42,7 +42,8 @@ run: $(RUNTIME_STAMP) ## Migrate and serve the API + workers (embedded PostgreSQ
 	@echo "==> migrating the database (starts the embedded PostgreSQL unless DATABASE_URL is set)"
 	@$(BIN)/atlas-jobs migrate
 	@echo "==> serving (Ctrl-C stops; HOST/PORT or ATLAS_HOST/ATLAS_PORT choose the address)"
-	@$(BIN)/atlas-jobs serve
+	@# Development: webhooks may call a receiver on localhost (atlas-jobs dev-webhook).
+	@ATLAS_WEBHOOK_INTERNAL_HOSTS="$${ATLAS_WEBHOOK_INTERNAL_HOSTS-localhost}" $(BIN)/atlas-jobs serve
 
 test: lint ## Lint, then run the whole suite against a real PostgreSQL
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
@@ -55,6 +56,7 @@ test-failover: $(STAMP) ## Only the pg_auto_failover test (part of `make test`; 
 
 bench: $(STAMP) ## The project's benchmarks (under 10 min): table + benchmarks/results/bench-*.json
 	$(BIN)/python -m benchmarks.suite
+	$(BIN)/python -m benchmarks.cli_startup
 
 lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, bandit, OpenAPI drift
 	$(BIN)/ruff check .

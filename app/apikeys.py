@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.db.schema import api_keys, ui_sessions
+from atlas_jobs._app.roles import Role as Role
 
 KEY_PREFIX = "atlas_"
 SHOWN_PREFIX_LENGTH = len(KEY_PREFIX) + 6
@@ -30,14 +30,6 @@ API_PROCESS_CHANNEL = "atlas_job_changed"
 KEYS_REVOKED_NOTICE = "api-keys-revoked"
 """Sent there when a key is revoked: API processes then forget the keys they cached."""
 """How much of a key is kept in clear (``prefix`` column) to tell keys apart in listings."""
-
-
-class Role(StrEnum):
-    """What a key may do beyond acting on its owner's own jobs."""
-
-    CLIENT = "client"
-    REVIEWER = "reviewer"
-    OPERATOR = "operator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +41,9 @@ class Principal:
     roles: frozenset[Role]
     holder: str | None = None
     """Who holds the key (``keys create --holder``), when it says."""
+    kinds: frozenset[str] | None = None
+    """The kinds an operator key may act on in bulk operations (``keys create --kinds``);
+    ``None``: every kind."""
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -92,10 +87,15 @@ def normalize_holder(holder: str | None) -> str | None:
 
 
 async def create_key(
-    conn: AsyncConnection, *, owner: str, roles: Iterable[Role], holder: str | None = None
+    conn: AsyncConnection,
+    *,
+    owner: str,
+    roles: Iterable[Role],
+    holder: str | None = None,
+    kinds: Iterable[str] | None = None,
 ) -> str:
-    """Store a new key for ``owner`` (held by ``holder``, when named) and return it in
-    clear -- the only time it exists."""
+    """Store a new key for ``owner`` (held by ``holder``, when named; acting in bulk on
+    ``kinds`` only, when given) and return it in clear -- the only time it exists."""
     role_list = sorted({Role(r).value for r in roles})
     if not owner.strip():
         raise ValueError("owner must not be empty")
@@ -110,6 +110,7 @@ async def create_key(
             owner=owner,
             roles=role_list,
             holder=holder,
+            kinds=None if kinds is None else sorted(set(kinds)),
         )
     )
     return key
@@ -128,13 +129,20 @@ async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:
                 api_keys.c.owner,
                 api_keys.c.roles,
                 api_keys.c.holder,
+                api_keys.c.kinds,
             ).where(api_keys.c.key_hash == digest, api_keys.c.revoked_at.is_(None))
         )
     ).first()
     # The lookup is by hash (an index probe); the constant-time compare is belt and braces.
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         return None
-    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles), row.holder)
+    return Principal(
+        row.id,
+        row.owner,
+        frozenset(Role(r) for r in row.roles),
+        row.holder,
+        None if row.kinds is None else frozenset(row.kinds),
+    )
 
 
 SESSION_TOKEN_PREFIX = b"atlas-jobs.ui-session.v2:"
@@ -172,7 +180,13 @@ async def authenticate_session(conn: AsyncConnection, token: str) -> Principal |
     ONE statement: the session's primary-key probe joined to its key's."""
     row = (
         await conn.execute(
-            select(api_keys.c.id, api_keys.c.owner, api_keys.c.roles, api_keys.c.holder)
+            select(
+                api_keys.c.id,
+                api_keys.c.owner,
+                api_keys.c.roles,
+                api_keys.c.holder,
+                api_keys.c.kinds,
+            )
             .select_from(ui_sessions.join(api_keys, api_keys.c.id == ui_sessions.c.key_id))
             .where(
                 ui_sessions.c.token_hash == session_token_hash(token),
@@ -183,7 +197,13 @@ async def authenticate_session(conn: AsyncConnection, token: str) -> Principal |
     ).first()
     if row is None:
         return None
-    return Principal(row.id, row.owner, frozenset(Role(r) for r in row.roles), row.holder)
+    return Principal(
+        row.id,
+        row.owner,
+        frozenset(Role(r) for r in row.roles),
+        row.holder,
+        None if row.kinds is None else frozenset(row.kinds),
+    )
 
 
 async def end_session(conn: AsyncConnection, token: str) -> bool:

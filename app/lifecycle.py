@@ -148,6 +148,7 @@ class WaitingReason(StrEnum):
     state nor a reason of one: computed when the status is read, never stored."""
 
     NO_WORKER = "no_worker"
+    PAUSED = "paused"
 
 
 WAITING_DOCS: Final = MappingProxyType(
@@ -155,6 +156,10 @@ WAITING_DOCS: Final = MappingProxyType(
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
+        ),
+        WaitingReason.PAUSED: (
+            "An operator paused the job's kind (every version, or this one): no worker "
+            "claims it until the kind is resumed; attempts already running finish."
         ),
     }
 )
@@ -758,6 +763,111 @@ def budget_verdict(
 
 def is_terminal(state: JobState) -> bool:
     return state in TERMINAL_STATES
+
+
+ATTENTION_STATES: Final = frozenset(
+    {
+        JobState.WAITING,
+        JobState.UNRESOLVED,
+        JobState.CANCEL_REQUESTED,
+        JobState.FAILED,
+        JobState.CANCELED,
+    }
+)
+"""States an operator searches for that the drain (queued -> running -> succeeded) never
+passes through: the partial search index ``ix_jobs_attention`` holds only these."""
+
+
+# -- bulk operations ------------------------------------------------------------------
+
+
+class BulkAction(StrEnum):
+    """What an operator's bulk operation does to each job it matches."""
+
+    CANCEL = "cancel"
+    RESUME = "resume"
+    FAIL = "fail"
+    REPLAY = "replay"
+
+
+BULK_MOVES: Final = MappingProxyType(
+    {
+        BulkAction.CANCEL: MappingProxyType(
+            {
+                JobState.QUEUED: TransitionName.REQUEST_CANCEL,
+                JobState.WAITING: TransitionName.REQUEST_CANCEL,
+                JobState.RUNNING: TransitionName.REQUEST_CANCEL,
+                JobState.UNRESOLVED: TransitionName.OPERATOR_CANCEL,
+            }
+        ),
+        BulkAction.RESUME: MappingProxyType({JobState.UNRESOLVED: TransitionName.RESUME}),
+        BulkAction.FAIL: MappingProxyType({JobState.UNRESOLVED: TransitionName.OPERATOR_FAIL}),
+        BulkAction.REPLAY: MappingProxyType(
+            {state: TransitionName.REPLAY for state in sorted(TERMINAL_STATES)}
+        ),
+    }
+)
+"""Each bulk action as the named transition it applies from each state it acts on; a
+job in any other state is skipped (``SkipReason``), never touched."""
+
+
+class BulkSkip(StrEnum):
+    """Why a bulk operation passed over a job it matched (the ``skipped`` counts; a job
+    in a state the action does not act on is ``not_allowed_in_state:<state>``)."""
+
+    ALREADY_ENDED = "already_ended"
+    """The job is terminal and the action needs it unfinished."""
+    ALREADY_CANCELING = "already_canceling"
+    """A cancel found the job's cancel already requested."""
+    ALREADY_REPLAYED = "already_replayed"
+    """A replay found the job already replayed (by anyone, earlier)."""
+    OUTSIDE_SCOPE = "outside_scope"
+    """The job's kind is not among the kinds the operator's key may act on."""
+    NOT_FOUND = "not_found"
+    """An id of the list names no job (or it was pruned)."""
+
+
+def not_allowed_in(state: JobState) -> str:
+    """The skip reason of a job whose state the action does not act on."""
+    return f"not_allowed_in_state:{state.value}"
+
+
+def bulk_skip(action: BulkAction, state: JobState) -> str | None:
+    """Why ``action`` passes over a job in ``state``, or ``None`` when it acts on it."""
+    if state in BULK_MOVES[action]:
+        return None
+    if state in TERMINAL_STATES and action is not BulkAction.REPLAY:
+        return BulkSkip.ALREADY_ENDED.value
+    if state == JobState.CANCEL_REQUESTED and action is BulkAction.CANCEL:
+        return BulkSkip.ALREADY_CANCELING.value
+    return not_allowed_in(state)
+
+
+class BulkOperationState(StrEnum):
+    """The state of a bulk operation (the resource, not its jobs)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+BULK_OPERATION_STATES: Final = tuple(s.value for s in BulkOperationState)
+TERMINAL_BULK_OPERATION_STATES: Final = (
+    BulkOperationState.SUCCEEDED.value,
+    BulkOperationState.FAILED.value,
+    BulkOperationState.CANCELED.value,
+)
+BULK_OPERATION_DOCS: Final = MappingProxyType(
+    {
+        BulkOperationState.QUEUED: "Accepted; no worker has started it.",
+        BulkOperationState.RUNNING: "A worker is acting on its jobs, a batch at a time.",
+        BulkOperationState.SUCCEEDED: "Every matched job was acted on or skipped (with why).",
+        BulkOperationState.FAILED: "It stopped on an error (``error``); its counts stand.",
+        BulkOperationState.CANCELED: "Canceled by an operator; the batches done stand.",
+    }
+)
 
 
 ALL_STATES: Final = tuple(JobState)

@@ -112,15 +112,63 @@ def _queued_label(status: Mapping[str, Any]) -> str:
     return f"{label} — {holding}" if holding else label
 
 
+def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
+    """A pause as words: "paused by operator:ops at 2026-12-02 06:10 UTC: destination
+    down" (no note: no colon after the time)."""
+    when = _timestamp(at)
+    shown = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if when else "an unknown time"
+    phrase = f"paused by {by} at {shown}"
+    return f"{phrase}: {note}" if note else phrase
+
+
 def _waiting_phrase(waiting: Any) -> str | None:
     """What holds a queued job (``waiting_for``), as words: "no worker serves
-    thumbnail.render@2"; for a reason this client does not know, the server's message."""
+    thumbnail.render@2", "paused by operator:ops at ...: note"; for a reason this client
+    does not know, the server's message."""
     if not isinstance(waiting, Mapping):
         return None
     if waiting.get("reason") == "no_worker":
         return f"no worker serves {waiting.get('kind')}"
+    if waiting.get("reason") == "paused":
+        return paused_phrase(str(waiting.get("by")), waiting.get("at"), waiting.get("note"))
     message = waiting.get("message")
     return str(message) if message else None
+
+
+def finished_without_files(result: Mapping[str, Any]) -> str:
+    """The label of a succeeded job whose result has no files: where it was published
+    and the destination's receipt ("Finished — published to press, receipt R-12"), or
+    "Finished (no files)"."""
+    publication = result.get("publication")
+    if isinstance(publication, Mapping):
+        receipt = publication.get("receipt") or {}
+        handle = next(
+            (str(receipt[k]) for k in ("id", "receipt", "reference") if receipt.get(k)), None
+        )
+        where = f"Finished — published to {publication.get('destination')}"
+        return f"{where}, receipt {handle}" if handle else where
+    return "Finished (no files)"
+
+
+def attempt_line(status: Mapping[str, Any]) -> str:
+    """The attempt count as people read it: "2 of 5" while retries may follow; once the
+    job has failed, that no retry follows and why ("1 of 5; no retry follows: the error
+    is permanent")."""
+    attempt, most = status.get("attempt"), status.get("max_attempts")
+    counted = f"{attempt} of {most}"
+    if status.get("state") != "failed":
+        return counted
+    why = _NO_RETRY_BECAUSE.get(str(status.get("reason")), "the job failed")
+    return f"{counted}; no retry follows: {why}"
+
+
+# A failed job's reason -> why no retry follows it.
+_NO_RETRY_BECAUSE: Final[Mapping[str, str]] = {
+    "error": "the error is permanent",
+    "review_rejected": "the review rejected it",
+    "deadline_passed": "its deadline passed",
+    "operator": "an operator failed it",
+}
 
 
 def present(
@@ -129,12 +177,15 @@ def present(
     *,
     seconds_since_read: float | None = None,
     now: datetime | None = None,
+    result: Mapping[str, Any] | None = None,
 ) -> Presentation:
     """The visible label and link for a job status (the API's JSON) as observed.
 
     ``seconds_since_read`` is the age of the last successful read (for the stale label);
     ``now`` decides whether a published result has passed its ``expires_at`` (default:
-    the wall clock).
+    the wall clock); ``result`` is the job's result reference (``GET .../result``) when
+    the caller has read it: a result without files then reads as finished with its
+    reference, not as a download.
     """
     if observation == Observation.STOPPED:
         return Presentation("Stopped watching; the job continues", False)
@@ -164,6 +215,8 @@ def present(
         if result_expired(status, now or datetime.now(UTC)):
             return Presentation("Finished; result expired", False)
         if delivery == "available":
+            if result is not None and not result.get("files"):
+                return Presentation(finished_without_files(result), False)
             return Presentation("Ready — download", True)
         return Presentation("Finished", False)
     if state == "failed":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -11,11 +10,12 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from atlas_jobs._app.addresses import DEFAULT_HOST, DEFAULT_PORT, bind_url
 from atlas_jobs._app.destinations import DESTINATION_NAME, Destination
 
 
 class Settings(BaseSettings):
-    """Every knob the service reads. Each field is documented in the README."""
+    """Every knob the service reads. Each field is documented in docs/configuration.md."""
 
     model_config = SettingsConfigDict(env_prefix="ATLAS_", extra="ignore")
 
@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, gt=0, description="Worker lease length.")
     bundle_time_scale: float = Field(default=1.0, ge=0, description="Scales simulated unit costs.")
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
+    activity_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the workers update the per-minute rollup behind the status "
+        "page's charts (one process at a time).",
+    )
     sweeper_interval_seconds: float = Field(default=10.0, gt=0)
     webhook_interval_seconds: float = Field(
         default=1.0, gt=0, description="How often each worker process sends due webhooks."
@@ -63,6 +69,23 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often each worker process fires due schedule ticks."
     )
     poll_interval_seconds: float = Field(default=2.0, gt=0, description="Fallback claim poll.")
+    bulk_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often each worker process looks for bulk operations."
+    )
+    bulk_batch_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Jobs a bulk operation acts on per transaction (one batch).",
+    )
+    bulk_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "How long a worker holds a running bulk operation without finishing a batch; "
+            "after that (its process died) another worker takes it over."
+        ),
+    )
     claim_cooldown_seconds: float = Field(
         default=0.1,
         ge=0,
@@ -401,24 +424,6 @@ class Settings(BaseSettings):
     def public_base_url(self) -> str:
         """The configured ``public_url``, else the API's default bind address."""
         return self.public_url or bind_url(DEFAULT_HOST, DEFAULT_PORT)
-
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
-
-
-def bind_url(host: str, port: int) -> str:
-    """``http://host:port`` for a bind address; a wildcard bind (0.0.0.0, ::) names the
-    loopback address, the one reachable address it is sure to have (set
-    ``ATLAS_PUBLIC_URL`` when clients reach the API under another name)."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return f"http://{host}:{port}"
-    if address.is_unspecified:
-        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
-    shown = f"[{address}]" if address.version == 6 else str(address)
-    return f"http://{shown}:{port}"
 
 
 @lru_cache(maxsize=1)

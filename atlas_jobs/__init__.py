@@ -14,10 +14,16 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from atlas_jobs.declaration import DEFAULT_TIMEOUT_SECONDS, Kind, Result, RetryPolicy, Stage, kind
-
 if TYPE_CHECKING:
     from atlas_jobs.context import Context, DeadlineRule, Outputs, Signal, SyncContext
+    from atlas_jobs.declaration import (
+        DEFAULT_TIMEOUT_SECONDS,
+        Kind,
+        Result,
+        RetryPolicy,
+        Stage,
+        kind,
+    )
     from atlas_jobs.errors import LeaseLost, PermanentError, TransientError
     from atlas_jobs.operations import DestinationName, Operation, Receipt
 
@@ -41,9 +47,16 @@ __all__ = [
     "kind",
 ]
 
-# The context, the errors and the operations need the engine; importing them only when
-# first used keeps ``import atlas_jobs`` (and a module that only declares kinds) light.
+# Every name is imported when first used: the declarations need pydantic, the context,
+# the errors and the operations the engine, and ``import atlas_jobs`` (which every
+# internal module and the console command pay for) stays free of both.
 _LAZY = {
+    "DEFAULT_TIMEOUT_SECONDS": "atlas_jobs.declaration",
+    "Kind": "atlas_jobs.declaration",
+    "Result": "atlas_jobs.declaration",
+    "RetryPolicy": "atlas_jobs.declaration",
+    "Stage": "atlas_jobs.declaration",
+    "kind": "atlas_jobs.declaration",
     "Context": "atlas_jobs.context",
     "DeadlineRule": "atlas_jobs.context",
     "Outputs": "atlas_jobs.context",

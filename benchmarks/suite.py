@@ -1,6 +1,6 @@
 """``make bench``: the project's own benchmarks (performance goals), one table and one JSON file.
 
-Four sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
+Five sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
 at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
 role must be allowed to create databases):
 
@@ -45,10 +45,17 @@ role must be allowed to create databases):
     ``attempts``, each index's size, dead tuples, autovacuum count and the load average.
     Every churned job is accounted for: ``succeeded`` in the table, or pruned (counted by
     the pruner), and nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
+``charts``
+    The operators' chart queries (last hour, last day) and the two statements of the
+    workers' rollup pass at 1,000,000 jobs, each against a primary-key read of one job
+    (:mod:`benchmarks.charts`). Goal: a chart query at most 50 ms.
 
 Knobs (environment variables, defaults in brackets):
 
-- ``BENCH_SECTIONS`` [``http,kinds,claim,bloat``]: which sections run.
+- ``BENCH_SECTIONS`` [``http,kinds,claim,bloat,charts``]: which sections run.
+- ``BENCH_CHARTS_JOBS`` [1000000], ``BENCH_CHARTS_HISTORY`` [1000000],
+  ``BENCH_CHARTS_RECENT`` [60000], ``BENCH_CHARTS_REPEATS`` [200]: the charts section's
+  jobs, old history rows, history rows of the last minute, and timed repeats.
 - ``BENCH_KIND_JOBS`` [10000], ``BENCH_KIND_LATENCY_JOBS`` [100], ``BENCH_KIND_ROUNDS``
   [2]: the kinds section's drain size, latency jobs and rounds.
 - ``BENCH_HTTP_REQUESTS`` [3000], ``BENCH_HTTP_WARMUP`` [300],
@@ -66,6 +73,8 @@ Knobs (environment variables, defaults in brackets):
   skipped when nothing beyond the baseline fits -- and a stage also stops at the
   deadline itself, at a chunk's or batch's end. The JSON and the table then name the
   size reached and the one asked.
+- ``BENCH_SEARCH_SMALL`` [10000], ``BENCH_SEARCH_LARGE`` [1000000], ``BENCH_SEARCH_READS``
+  [50], ``BENCH_BULK_JOBS`` [10000]: the operators section (:mod:`benchmarks.operators`).
 - ``BENCH_RESULTS_DIR`` [``benchmarks/results``]; ``BENCH_KEEP_DATABASES`` [unset]: set to
   1 to keep the databases for inspection.
 """
@@ -113,6 +122,7 @@ from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from atlas_jobs._workers.handlers import registry
+from benchmarks import charts, operators
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
 
@@ -155,13 +165,20 @@ class Knobs:
     kind_jobs: int
     kind_latency_jobs: int
     kind_rounds: int
+    charts_jobs: int = 1_000_000
+    charts_history: int = 1_000_000
+    charts_recent: int = 60_000
+    charts_repeats: int = 200
 
     @classmethod
     def from_environment(cls) -> Knobs:
         sections = tuple(
-            s.strip() for s in os.environ.get("BENCH_SECTIONS", "http,kinds,claim,bloat").split(",")
+            s.strip()
+            for s in os.environ.get(
+                "BENCH_SECTIONS", "http,kinds,claim,bloat,operators,charts"
+            ).split(",")
         )
-        unknown = set(sections) - {"http", "kinds", "claim", "bloat"}
+        unknown = set(sections) - {"http", "kinds", "claim", "bloat", "operators", "charts"}
         if unknown:
             raise SystemExit(f"BENCH_SECTIONS: unknown section(s) {sorted(unknown)}")
         return cls(
@@ -181,6 +198,10 @@ class Knobs:
             kind_jobs=_int("BENCH_KIND_JOBS", 10000),
             kind_latency_jobs=_int("BENCH_KIND_LATENCY_JOBS", 100),
             kind_rounds=_int("BENCH_KIND_ROUNDS", 2),
+            charts_jobs=_int("BENCH_CHARTS_JOBS", 1_000_000),
+            charts_history=_int("BENCH_CHARTS_HISTORY", 1_000_000),
+            charts_recent=_int("BENCH_CHARTS_RECENT", 60_000),
+            charts_repeats=_int("BENCH_CHARTS_REPEATS", 200),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -199,6 +220,10 @@ class Knobs:
             "kind_jobs": self.kind_jobs,
             "kind_latency_jobs": self.kind_latency_jobs,
             "kind_rounds": self.kind_rounds,
+            "charts_jobs": self.charts_jobs,
+            "charts_history": self.charts_history,
+            "charts_recent": self.charts_recent,
+            "charts_repeats": self.charts_repeats,
         }
 
 
@@ -1000,6 +1025,33 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                     "met": pair["ratio"] >= goal,
                 }
             )
+    ops = results.get("operators")
+    if ops:
+        search = ops["search"]
+        for name, ratio in search["ratios"].items():
+            if name == "primary_key_read":
+                continue
+            rows.append(
+                {
+                    "figure": f"search page {name}: {search['large']:,} / {search['small']:,} jobs",
+                    "measured": f"{search['p50_ms_large'][name]:.2f} ms",
+                    "baseline": f"{search['p50_ms_small'][name]:.2f} ms",
+                    "ratio": ratio,
+                    "goal": "<= 2.00",
+                    "met": ratio <= 2.0,
+                }
+            )
+        resume = ops["bulk_resume"]
+        rows.append(
+            {
+                "figure": f"bulk resume of {resume['jobs']:,} unresolved jobs / drain rate",
+                "measured": f"{resume['bulk_resume_jobs_per_sec']:.0f} jobs/s",
+                "baseline": f"{resume['drain_jobs_per_sec']:.0f} jobs/s",
+                "ratio": resume["ratio"],
+                "goal": ">= 0.50",
+                "met": resume["ratio"] >= 0.5,
+            }
+        )
     kinds = results.get("kinds")
     if kinds:
         drains, pickups = kinds["drain_jobs_per_sec"], kinds["pickup_p50_ms"]
@@ -1068,6 +1120,20 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                 "met": None,
             }
         )
+    chart_results = results.get("charts")
+    if chart_results:
+        for name, label in (("chart_hour", "last hour"), ("chart_day", "last day")):
+            rows.append(
+                {
+                    "figure": f"chart query, {label}, at {chart_results['jobs']:,} jobs "
+                    "(/ a primary-key read)",
+                    "measured": f"{chart_results[name + '_ms']:.2f} ms",
+                    "baseline": f"{chart_results['pk_read_ms']:.3f} ms",
+                    "ratio": chart_results["ratios"][name],
+                    "goal": "<= 50 ms",
+                    "met": chart_results[name + "_ms"] <= 50.0,
+                }
+            )
     return rows
 
 
@@ -1148,7 +1214,60 @@ async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
         results["claim"] = await section_claim(base_url, knobs, run_id, budget)
     if "bloat" in knobs.sections:
         results["bloat"] = await section_bloat(base_url, knobs, run_id, budget)
+    if "operators" in knobs.sections:
+        results["operators"] = await section_operators(base_url, knobs, run_id)
+    if "charts" in knobs.sections:
+        results["charts"] = await section_charts(base_url, knobs, run_id, budget)
     return results
+
+
+async def section_operators(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
+    """Search pages at two table sizes, and a bulk resume against the drain rate
+    (:mod:`benchmarks.operators`), each on a database of its own."""
+    found: dict[str, Any] = {}
+    async with (
+        scratch_database(base_url, f"atlas_bench_search_s_{run_id}", knobs.keep_databases) as small,
+        scratch_database(base_url, f"atlas_bench_search_l_{run_id}", knobs.keep_databases) as large,
+    ):
+        found["search"] = await operators.search(
+            small,
+            large,
+            small=_int("BENCH_SEARCH_SMALL", 10_000),
+            large=_int("BENCH_SEARCH_LARGE", 1_000_000),
+            reads_n=_int("BENCH_SEARCH_READS", 50),
+        )
+    async with scratch_database(
+        base_url, f"atlas_bench_bulk_{run_id}", knobs.keep_databases
+    ) as url:
+        found["bulk_resume"] = await operators.bulk_resume(url, n=_int("BENCH_BULK_JOBS", 10_000))
+    log(f"[bench] operators: {found}")
+    return found
+
+
+CHARTS_SECONDS_PER_JOB = 130e-6
+"""The charts section's fill and timings per filled job, as measured on the shared box."""
+
+
+async def section_charts(
+    base_url: str, knobs: Knobs, run_id: str, budget: Budget
+) -> dict[str, Any]:
+    """The operators' chart queries and the rollup's statements at ``BENCH_CHARTS_JOBS``
+    jobs, against a primary-key read (:mod:`benchmarks.charts`); the table is cut to
+    what the suite's time budget leaves (the JSON names the size reached)."""
+    jobs = knobs.charts_jobs
+    fits = int((budget.left() - SECTION_TAIL_SECONDS) / CHARTS_SECONDS_PER_JOB)
+    if fits < jobs:
+        jobs = max(100_000, fits)
+        log(f"[bench] charts: {knobs.charts_jobs:,} jobs cut to {jobs:,}: time budget")
+    async with scratch_database(
+        base_url, f"atlas_bench_charts_{run_id}", knobs.keep_databases
+    ) as url:
+        fill_seconds = await charts.fill(url, jobs=jobs, history=knobs.charts_history)
+        log(f"[bench] charts: filled in {fill_seconds:.1f} s")
+        measured = await charts.measure(
+            url, repeats=knobs.charts_repeats, recent=knobs.charts_recent
+        )
+    return {**measured, "fill_seconds": round(fill_seconds, 1)}
 
 
 def main() -> None:

@@ -1183,7 +1183,7 @@ async def hostile_clients(cluster: Cluster, config: Config, row: Row) -> None:
             "ATLAS_HTTP_HEAD_TIMEOUT_SECONDS": str(config.hostile_hold_seconds / 2),
             # Connections count against uvicorn's limit_concurrency until the head timeout
             # closes them: a host that must stay up beside tens of thousands of them
-            # raises it (README "HTTP limits").
+            # raises it (docs/http-api.md "HTTP limits").
             "ATLAS_HTTP_LIMIT_CONCURRENCY": str(config.hostile_idle + 5_000),
         }
     )

@@ -22,6 +22,8 @@ from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import ResultStore
 from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._workers.activity import ActivityRollup
+from atlas_jobs._workers.bulk_runner import BulkRunner
 from atlas_jobs._workers.pruner import Pruner
 from atlas_jobs._workers.reaper import Reaper
 from atlas_jobs._workers.reindexer import MIB, Reindexer
@@ -89,12 +91,14 @@ class Maintenance:
     scheduler: Scheduler
     gauges: PoolGauges
     webhooks: WebhookSender | None
+    bulk: BulkRunner
     services: tuple[Every, ...]
 
 
 def build(
     settings: Settings,
     *,
+    worker_id: str,
     engine: AsyncEngine,
     statements: AsyncEngine,
     transitions: Transitions,
@@ -144,12 +148,25 @@ def build(
         if render_status is not None
         else None
     )
+    bulk = BulkRunner(
+        engine,
+        transitions,
+        worker_id=worker_id,
+        batch_size=settings.bulk_batch_size,
+        lease_seconds=settings.bulk_lease_seconds,
+    )
     services = [
         Every("reaper", settings.reaper_interval_seconds, reaper),
+        Every("bulk-operations", settings.bulk_interval_seconds, bulk),
         Every("sweeper", settings.sweeper_interval_seconds, sweeper),
         Every("pool-gauges", POOL_SAMPLE_SECONDS, gauges),
         Every("scheduler", settings.scheduler_interval_seconds, scheduler),
+        Every(
+            "activity",
+            settings.activity_interval_seconds,
+            ActivityRollup(engine, transitions.clock),
+        ),
     ]
     if webhooks is not None:
         services.append(Every("webhooks", settings.webhook_interval_seconds, webhooks))
-    return Maintenance(reaper, sweeper, pruner, scheduler, gauges, webhooks, tuple(services))
+    return Maintenance(reaper, sweeper, pruner, scheduler, gauges, webhooks, bulk, tuple(services))

@@ -196,6 +196,7 @@ class WorkerPool:
         self._registering: asyncio.Task[None] | None = None
         self.maintenance = maintenance.build(
             settings,
+            worker_id=self.worker_id,
             engine=self.engine,
             statements=self.statements,
             transitions=self.transitions,

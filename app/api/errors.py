@@ -118,6 +118,28 @@ class WebhookNotFoundError(ApiError):
     status, slug, title = 404, "webhook-not-found", "No such webhook endpoint"
 
 
+class KindNotFoundError(ApiError):
+    """A kind in a path (a pause) that neither the API nor a live worker knows."""
+
+    status, slug, title = 404, "kind-not-found", "No such job kind"
+
+
+class KindNotPausedError(ApiError):
+    """A resume of a kind (or version) that no pause holds."""
+
+    status, slug, title = 404, "kind-not-paused", "This kind (or version) is not paused"
+
+
+class BulkOperationNotFoundError(ApiError):
+    status, slug, title = 404, "bulk-operation-not-found", "No such bulk operation"
+
+
+class BulkOperationEndedError(ApiError):
+    """A cancel of a bulk operation that has ended (``state`` says how)."""
+
+    status, slug, title = 409, "bulk-operation-ended", "The bulk operation has ended"
+
+
 class RouteNotFoundError(ApiError):
     status, slug, title = 404, "not-found", "No such resource"
 
@@ -389,6 +411,13 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
             )
         case refusals.UnknownKind(known=known):
             return UnknownKindError(f"Unknown kind; known kinds: {', '.join(sorted(known))}")
+        case refusals.KindNotFound(kind=kind, known=known):
+            return KindNotFoundError(
+                f"Unknown kind {kind!r}; known kinds: {', '.join(sorted(known))}", kind=kind
+            )
+        case refusals.KindNotPaused(kind=kind, version=version):
+            which = kind if version is None else f"{kind}@{version}"
+            return KindNotPausedError(f"{which} is not paused", kind=kind, version=version)
         case refusals.InvalidInput(errors=errors):
             return InvalidInputError(errors=errors)
         case refusals.InvalidRequest(detail=detail, errors=errors):

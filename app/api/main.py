@@ -31,11 +31,13 @@ from atlas_jobs._app.api.openapi_doc import install_openapi
 from atlas_jobs._app.api.paths import route_template
 from atlas_jobs._app.api.queue_sampler import run_sampler
 from atlas_jobs._app.api.routers import (
+    bulk_operations,
     events,
     health,
     jobs,
     kinds,
     operations,
+    pauses,
     results,
     reviews,
     schedules,
@@ -169,6 +171,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         reviews.router,
         signals.router,
         operations.router,
+        pauses.router,
+        bulk_operations.router,
         kinds.router,
         schedules.router,
         webhooks.router,

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from atlas_jobs._app.api.errors import PROBLEM_MEDIA_TYPE, problem_type_uris
+from atlas_jobs._app.api.problem_examples import problem_example
 from atlas_jobs._app.lifecycle import DELIVERY_DOCS, STATE_DOCS, TERMINAL_STATES
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -173,7 +174,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         tags=app.openapi_tags,
         servers=SERVERS,
     )
-    for path_item in document.get("paths", {}).values():
+    for path, path_item in document.get("paths", {}).items():
         for operation in path_item.values():
             for parameter in operation.get("parameters", []):
                 schema = parameter.get("schema", {})
@@ -184,6 +185,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 declares_health = "#/components/schemas/Health" in json.dumps(answer)
                 if code[0] in "45" and not declares_health:
                     _problem_content(answer)
+                    example = problem_example(operation.get("operationId", ""), path, int(code))
+                    if example is not None:
+                        answer["content"][PROBLEM_MEDIA_TYPE]["example"] = example
                 if code == "304":
                     answer.pop("content", None)
             ok = operation.get("responses", {}).get("200", {})

@@ -17,6 +17,8 @@ _UUID_SEGMENT = re.compile(
 _ID_PARAMETERS = {"jobs": "job_id", "schedules": "schedule_id", "webhooks": "webhook_id"}
 """The path parameter an id takes after its collection (``/v1/schedules/{schedule_id}``)."""
 _ANY_JOB_SEGMENT = re.compile(r"^(/v1/jobs/)[^/]+(/[a-z]+)?$")
+_KIND_ACTION = re.compile(r"^/v1/kinds/[^/]+/(pause|resume)$")
+"""A kind's pause and resume: the kind is free text, the label its template."""
 _DOWNLOADS = "/v1/downloads/"
 _HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 
@@ -25,6 +27,8 @@ def route_template(path: str, known: Callable[[], frozenset[str]]) -> str:
     """The template (``/v1/jobs/{job_id}``) of a path, or ``unmatched``."""
     if path.startswith(_DOWNLOADS):
         return _DOWNLOADS + "{token}"
+    if action := _KIND_ACTION.match(path):
+        return f"/v1/kinds/{{kind}}/{action.group(1)}"
     template = _UUID_SEGMENT.sub(
         lambda m: f"/{m.group(1)}/{{{_ID_PARAMETERS.get(m.group(1), 'id')}}}", path
     )

@@ -24,6 +24,7 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import pool_usage
 from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.services import live_workers
 
 log = structlog.get_logger("atlas.api.metrics")
 
@@ -54,6 +55,17 @@ class QueueGauges(Collector):
             "atlas_jobs_unresolved",
             "Jobs waiting for an operator's decision (unresolved), all kinds (sampled).",
         )
+        paused = GaugeMetricFamily(
+            "atlas_kind_paused",
+            "1 per paused kind (version: the paused version, or `all`); its queued jobs are "
+            "not claimed, so its queue age grows on purpose (leave it out of autoscaling).",
+            labels=["kind", "version"],
+        )
+        live = live_workers.current()
+        for pause in () if live is None else live.pauses:
+            paused.add_metric(
+                [pause.kind, "all" if pause.version is None else str(pause.version)], 1
+            )
         sampled = GaugeMetricFamily(
             "atlas_queue_sampled_timestamp_seconds",
             "Unix time of the last successful sample of the database-derived gauges.",
@@ -68,7 +80,7 @@ class QueueGauges(Collector):
         unresolved.add_metric([], total_unresolved)
         if self.sampled_at is not None:
             sampled.add_metric([], self.sampled_at)
-        yield from (jobs, oldest, unresolved, sampled)
+        yield from (jobs, oldest, unresolved, paused, sampled)
 
 
 async def sample_once(engine: AsyncEngine, clock: Clock, gauges: QueueGauges) -> None:

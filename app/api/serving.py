@@ -80,7 +80,7 @@ def run_api(app: FastAPI, settings: Settings, *, host: str, port: int) -> None:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds - drain)),
-        # Bounds for clients without a key (README "HTTP limits"). h11, not httptools:
+        # Bounds for clients without a key (docs/http-api.md "HTTP limits"). h11, not httptools:
         # only h11 bounds the size of the request line and headers.
         http=protocol_with_head_timeout(settings.http_head_timeout_seconds),
         h11_max_incomplete_event_size=settings.http_max_header_bytes,

@@ -14,6 +14,7 @@ from atlas_jobs._app.services.creation import JobCreation
 from atlas_jobs._app.services.feeds import FeedHub
 from atlas_jobs._app.services.live_workers import LiveWorkers
 from atlas_jobs._app.services.notifier import JobChangeNotifier
+from atlas_jobs._app.services.pauses import PauseService
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.signing import DownloadSigner
 from atlas_jobs._app.storage import ResultStore
@@ -47,6 +48,15 @@ class ApiState:
     ``BEGIN``/``ROLLBACK`` round trips around them."""
     creation: JobCreation = field(init=False)
     """The creation service: it chooses between ``engine`` and ``reads`` itself."""
+
+    def pauses(self) -> PauseService:
+        """The kind pauses' service on this process's engine and view of the workers."""
+        return PauseService(
+            self.engine,
+            self.clock,
+            self.live_workers,
+            live_window_seconds=self.settings.worker_live_window_seconds,
+        )
 
     def __post_init__(self) -> None:
         self.reads = AutocommitConnections(self.engine)

@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import typer
 
-from atlas_jobs._app.client import JobsClient, KeyRejectedError, describe_problem
+from atlas_jobs._app.client.errors import KeyRejectedError, describe_problem
+
+if TYPE_CHECKING:
+    import httpx
+
+    from atlas_jobs._app.client.http import JobsClient
 
 JOB_LINE_FIELDS = frozenset({"kind", "input", "idempotency_key"})
 

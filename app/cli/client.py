@@ -16,6 +16,8 @@ one line on stderr saying what to do, never a traceback, with a documented exit 
 4    the key was rejected (401) or lacks the role (403)
 5    the job was not found (unknown, or another owner's)
 6    a downloaded file does not match its sha256
+7    ``result -o DIR``: the job finished without files, so there is nothing to download
+     (``result`` without ``-o`` says so and exits 0)
 130  stopped with Ctrl-C (``watch``: the job continues)
 ==== ==========================================================================
 
@@ -28,31 +30,31 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.live import Live
 
-from atlas_jobs._app.cli.batchfile import submit_file
 from atlas_jobs._app.cli.render import (
     facts,
     kinds_table,
     present_status,
+    result_summary,
     watch_line,
     watch_panel,
 )
-from atlas_jobs._app.client import (
-    DEFAULT_URL,
-    ClientError,
-    JobsClient,
-    Observer,
-    RefusedError,
-    follow,
-)
+from atlas_jobs._app.cli.tables import print_table
+from atlas_jobs._app.client.address import DEFAULT_URL
+from atlas_jobs._app.client.errors import ClientError, RefusedError
+
+if TYPE_CHECKING:
+    from atlas_jobs._app.client.http import JobsClient
+    from atlas_jobs._app.client.observer import Observer
+
+# httpx, the observer and rich's live view are imported by the verbs that use them, so
+# `atlas-jobs --help` (and every verb's own help) loads neither.
 
 client_app = typer.Typer(help="Client verbs.")
 
@@ -66,6 +68,7 @@ KeyOption = Annotated[
 JobId = Annotated[str, typer.Argument(help="The job id.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the raw JSON body.")]
 EXIT_USAGE = 2
+EXIT_NOTHING_TO_DOWNLOAD = 7
 EXIT_INTERRUPTED = 130
 
 
@@ -79,6 +82,8 @@ def _connected(url: str, api_key: str | None) -> Iterator[JobsClient]:
     if not api_key:
         _say("no API key: pass --api-key or set ATLAS_API_KEY (`atlas-jobs keys create`)")
         raise typer.Exit(EXIT_USAGE)
+    from atlas_jobs._app.client.http import JobsClient
+
     try:
         with JobsClient(url, api_key) as client:
             yield client
@@ -115,6 +120,16 @@ def submit(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Jobs per batch request with --from-file.")
     ] = 100,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="A key=value tag to find the job by (repeatable; not secret)."),
+    ] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            help="A webhook endpoint's id (atlas-jobs webhooks create): called when the job ends."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
@@ -123,9 +138,11 @@ def submit(
     Lines file (--from-file) and print their ids. A lost answer is repeated with the same
     Idempotency-Key, so it never creates a second job."""
     if from_file is not None:
-        if kind is not None or idempotency_key is not None:
+        if kind is not None or idempotency_key is not None or notify is not None:
             _say("--from-file takes kinds and keys from the file")
             raise typer.Exit(EXIT_USAGE)
+        from atlas_jobs._app.cli.batchfile import submit_file
+
         with _connected(url, api_key) as client:
             submit_file(client, from_file, batch_size)
         return
@@ -142,7 +159,9 @@ def submit(
         _say("--input must be a JSON object")
         raise typer.Exit(EXIT_USAGE)
     with _connected(url, api_key) as client:
-        created = client.submit(kind, job_input, idempotency_key=idempotency_key)
+        created = client.submit(
+            kind, job_input, idempotency_key=idempotency_key, notify=notify, tags=tag or ()
+        )
     if as_json:
         _print_json(created)
         return
@@ -159,39 +178,130 @@ def status(
     """Print the job's label and key facts (a successful read is not job success)."""
     with _connected(url, api_key) as client:
         job = client.status(job_id)
+        reference = None if as_json else _result_reference(client, job_id, job)
     if as_json:
         _print_json(job)
         return
-    for line in facts(job, present_status(job)):
+    for line in facts(job, present_status(job, reference), reference):
         typer.echo(line)
 
 
+StatesOption = Annotated[
+    list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable).")
+]
+KindsOption = Annotated[
+    list[str] | None, typer.Option("--kind", help="Only jobs of this kind (repeatable).")
+]
+TagsOption = Annotated[
+    list[str] | None,
+    typer.Option("--tag", help="Only jobs with this key=value tag (repeatable: all)."),
+]
+OwnersOption = Annotated[
+    list[str] | None,
+    typer.Option("--owner", help="Operators: only this owner's jobs (repeatable)."),
+]
+ReasonsOption = Annotated[
+    list[str] | None, typer.Option("--reason", help="Only jobs with this reason (repeatable).")
+]
+ErrorCodesOption = Annotated[
+    list[str] | None,
+    typer.Option("--error-code", help="Only jobs whose (last) error has this code (repeatable)."),
+]
+TimeOption = Annotated[
+    str | None, typer.Option(help="An ISO 8601 time with its zone (2026-12-01T09:00:00Z).")
+]
+
+
+def search_filters(
+    *,
+    state: list[str] | None = None,
+    kind: list[str] | None = None,
+    tag: list[str] | None = None,
+    owner: list[str] | None = None,
+    reason: list[str] | None = None,
+    error_code: list[str] | None = None,
+    created_after: str | None = None,
+    created_before: str | None = None,
+    finished_after: str | None = None,
+    finished_before: str | None = None,
+) -> dict[str, Any]:
+    """The search fields given (``GET /v1/jobs`` names), as a filter document."""
+    given: dict[str, Any] = {
+        "state": state,
+        "kind": kind,
+        "tag": tag,
+        "owner": owner,
+        "reason": reason,
+        "error_code": error_code,
+        "created_after": created_after,
+        "created_before": created_before,
+        "finished_after": finished_after,
+        "finished_before": finished_before,
+    }
+    return {name: value for name, value in given.items() if value}
+
+
+def _result_reference(
+    client: JobsClient, job_id: str, job: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The result reference when the delivery is ``available`` (whether there are files
+    to download decides the label), else ``None``."""
+    if (job.get("delivery") or {}).get("state") != "available":
+        return None
+    try:
+        return client.result(job_id)
+    except RefusedError:  # expired between the two reads: the status alone tells it
+        return None
+
+
+def _tags_cell(job: dict[str, Any]) -> str:
+    tags = job.get("tags") or []
+    return f"[{' '.join(tags)}]" if tags else ""
+
+
 def list_jobs(
-    state: Annotated[
-        list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable).")
-    ] = None,
-    kind: Annotated[
-        list[str] | None, typer.Option("--kind", help="Only jobs of this kind (repeatable).")
-    ] = None,
+    state: StatesOption = None,
+    kind: KindsOption = None,
+    tag: TagsOption = None,
+    owner: OwnersOption = None,
+    reason: ReasonsOption = None,
+    error_code: ErrorCodesOption = None,
+    created_after: TimeOption = None,
+    created_before: TimeOption = None,
+    finished_after: TimeOption = None,
+    finished_before: TimeOption = None,
     limit: Annotated[int, typer.Option(min=1, max=100, help="Jobs per page.")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Continue after a previous page.")] = None,
     as_json: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """List your jobs, newest first: id, kind, state and label."""
+    """Search jobs, newest first: id, owner, kind, state and label. Your own jobs;
+    operators every owner's (``--owner`` narrows it)."""
+    filters = search_filters(
+        state=state,
+        kind=kind,
+        tag=tag,
+        owner=owner,
+        reason=reason,
+        error_code=error_code,
+        created_after=created_after,
+        created_before=created_before,
+        finished_after=finished_after,
+        finished_before=finished_before,
+    )
     with _connected(url, api_key) as client:
-        page = client.list_jobs(states=state, kinds=kind, limit=limit, cursor=cursor)
+        page = client.list_jobs(limit=limit, cursor=cursor, filters=filters)
     if as_json:
         _print_json(page)
         return
-    for job in page["items"]:
-        label = present_status(job).label
-        typer.echo(f"{job['id']}  {job['kind']:<16} {job['state']:<16} {label}")
-    if not page["items"]:
-        _say("no jobs")
+    rows = [
+        [job["id"], job["kind"], job["state"], present_status(job).label, _tags_cell(job)]
+        for job in page["items"]
+    ]
+    print_table(("ID", "KIND", "STATE", "LABEL", "TAGS"), rows, empty="no jobs")
     if page.get("next_cursor"):
-        _say(f"more: atlas-jobs list --cursor {page['next_cursor']}")
+        _say(f"more: atlas-jobs list ... --cursor {page['next_cursor']}")
 
 
 def history(
@@ -206,20 +316,34 @@ def history(
     if as_json:
         _print_json(items)
         return
-    for item in items:
-        moved = f"{item.get('from') or '∅'} → {item['to']}"
-        line = (
-            f"{item['seq']:>5}  {item['at']}  {moved:<32} {item['transition']:<16} "
-            f"reason={item.get('reason')} actor={item['actor']} attempt={item.get('attempt')}"
-        )
-        error = item.get("error")
-        if error:
-            line += f"  error: {error.get('message')}"
-        if item.get("note"):
-            line += f"  note: {item['note']}"
-        if int(item.get("count", 1)) > 1:
-            line += f"  (x{item['count']})"
-        typer.echo(line)
+    print_table(
+        ("SEQ", "AT", "MOVE", "TRANSITION", "REASON", "ACTOR", "ATTEMPT", "DETAIL"),
+        [_history_row(item) for item in items],
+        empty="no recorded transitions",
+    )
+
+
+def _history_row(item: dict[str, Any]) -> list[str | int | None]:
+    """One transition: a missing reason or attempt is an empty cell; the detail is the
+    error (for a retry: its cause), the note and the repeat count."""
+    details = []
+    error = item.get("error")
+    if error:
+        details.append(f"error: {error.get('message')}")
+    if item.get("note"):
+        details.append(f"note: {item['note']}")
+    if int(item.get("count", 1)) > 1:
+        details.append(f"x{item['count']}")
+    return [
+        item["seq"],
+        item["at"],
+        f"{item.get('from') or '∅'} → {item['to']}",
+        item["transition"],
+        item.get("reason"),
+        item["actor"],
+        item.get("attempt"),
+        "; ".join(details),
+    ]
 
 
 def events(
@@ -231,20 +355,44 @@ def events(
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """Follow the job's event stream (SSE) until it ends: one line per event."""
+    """Follow the job's event stream (SSE) until it ends: one line per transition (a
+    retry or failure with its cause), a progress line when the label changes."""
     with _connected(url, api_key) as client:
-        for event in client.events(job_id, last_event_id=last_event_id):
-            if as_json:
+        stream = client.events(job_id, last_event_id=last_event_id)
+        if as_json:
+            for event in stream:
                 typer.echo(json.dumps({"event": event.event, "id": event.id, "data": event.json()}))
-                continue
-            data = event.json()
-            if event.event == "transition":
-                typer.echo(
-                    f"{event.id:>5}  {data['at']}  {data.get('from') or '∅'} → {data['to']}"
-                    f"  ({data['transition']}, {data.get('reason')})"
-                )
-            else:
-                typer.echo(f"    ·  {data['updated_at']}  {present_status(data).label}")
+            return
+        for line in event_lines((event.event, event.id, event.json()) for event in stream):
+            typer.echo(line)
+
+
+def event_lines(events: Iterable[tuple[str, str, dict[str, Any]]]) -> Iterator[str]:
+    """The lines of ``events`` for (event name, id, data) in stream order: one per
+    transition (with the cause of a retry or failure), and one per progress event
+    only when the label it shows differs from the last one printed."""
+    shown = ""
+    for name, event_id, data in events:
+        if name == "transition":
+            yield _transition_line(event_id, data)
+            continue
+        label = present_status(data).label
+        if label != shown:
+            yield f"    ·  {data['updated_at']}  {label}"
+            shown = label
+
+
+def _transition_line(event_id: str, data: dict[str, Any]) -> str:
+    """One transition of the stream, with its reason and, when the move was caused by
+    an error (a retry, a failure), the error's code and message."""
+    why = ", ".join(str(part) for part in (data["transition"], data.get("reason")) if part)
+    line = f"{event_id:>5}  {data['at']}  {data.get('from') or '∅'} → {data['to']}  ({why})"
+    error = data.get("error")
+    if error:
+        line += f"  cause: {error.get('code')}: {error.get('message')}"
+    if data.get("note"):
+        line += f"  note: {data['note']}"
+    return line
 
 
 def watch(
@@ -263,6 +411,8 @@ def watch(
 ) -> None:
     """Show the job's label as it changes until it finishes (Ctrl-C stops watching; the
     job continues). In place on a terminal, one line per change when piped."""
+    from atlas_jobs._app.client.observer import Observer
+
     observer = Observer()
     final: dict[str, Any] | None = None
     with _connected(url, api_key) as client:
@@ -281,6 +431,8 @@ def watch(
 def _watch_lines(
     client: JobsClient, job_id: str, observer: Observer, wait: int
 ) -> dict[str, Any] | None:
+    from atlas_jobs._app.client.observer import follow
+
     printed = ""
 
     def render(current: Observer) -> None:
@@ -296,6 +448,11 @@ def _watch_lines(
 def _watch_live(
     client: JobsClient, job_id: str, observer: Observer, wait: int
 ) -> dict[str, Any] | None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from atlas_jobs._app.client.observer import follow
+
     console = Console()
     with Live(
         watch_panel(observer, job_id), console=console, auto_refresh=False, transient=False
@@ -347,9 +504,15 @@ def result(
     """Print the result's files, or download them (-o DIR) with their sha256 checked."""
     with _connected(url, api_key) as client:
         reference = client.result(job_id)
+        if not reference["files"]:
+            _say(f"nothing to download: {result_summary(reference)}")
+            raise typer.Exit(0 if output is None else EXIT_NOTHING_TO_DOWNLOAD)
         if output is None:
-            for entry in reference["files"]:
-                typer.echo(f"{entry['name']}  {entry['size']} bytes  sha256 {entry['sha256']}")
+            print_table(
+                ("NAME", "BYTES", "SHA256"),
+                [[e["name"], e["size"], e["sha256"]] for e in reference["files"]],
+                empty="no files",
+            )
             return
         targets = [(entry, output / Path(entry["name"]).name) for entry in reference["files"]]
         existing = [str(target) for _, target in targets if target.exists()]

@@ -3,22 +3,18 @@ end status-page sessions ("log out everywhere")."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.apikeys import (
-    KeyListing,
-    Role,
-    create_key,
-    end_sessions,
-    list_keys,
-    revoke_key,
-)
+from atlas_jobs._app.roles import Role
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from atlas_jobs._app.apikeys import KeyListing
 
 keys_app = typer.Typer(
     help="Create, list and revoke API keys (stored hashed; shown once); end status-page sessions."
@@ -28,6 +24,8 @@ T = TypeVar("T")
 
 
 def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    import asyncio
+
     from atlas_jobs._app.cli.preflight import migrated_database_url
     from atlas_jobs._app.db.engine import create_engine
 
@@ -58,12 +56,22 @@ def create(
             "compares holders, whichever of their keys they use."
         ),
     ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            help="Operators: the kinds this key may act on in bulk operations (repeatable; "
+            "default: every kind). Jobs of other kinds are skipped, never touched.",
+        ),
+    ] = None,
 ) -> None:
     """Create a key and print it once. Only its SHA-256 hash is stored."""
+    from atlas_jobs._app.apikeys import create_key
+
     roles = role or [Role.CLIENT]
 
     async def action(conn: AsyncConnection) -> str:
-        return await create_key(conn, owner=owner, roles=roles, holder=holder)
+        return await create_key(conn, owner=owner, roles=roles, holder=holder, kinds=kind)
 
     try:
         key = _in_transaction(action)
@@ -84,6 +92,7 @@ def list_command(
     owner: Annotated[str | None, typer.Option(help="Only this owner's keys.")] = None,
 ) -> None:
     """List keys by id and prefix (never the key itself)."""
+    from atlas_jobs._app.apikeys import list_keys
 
     async def action(conn: AsyncConnection) -> list[KeyListing]:
         return list(await list_keys(conn, owner=owner))
@@ -100,6 +109,7 @@ def revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="The key's id (keys 
     """Revoke a key: requests with it answer 401 from now on (an API process that
     missed the revocation notice may still accept it for ATLAS_API_KEY_CACHE_SECONDS),
     and its status-page sessions end at once."""
+    from atlas_jobs._app.apikeys import revoke_key
 
     async def action(conn: AsyncConnection) -> bool:
         return await revoke_key(conn, key_id)
@@ -122,6 +132,7 @@ def end_sessions_command(
     if owner is None and key_id is None and not all_sessions:
         typer.echo("name --owner, --key or --all", err=True)
         raise typer.Exit(2)
+    from atlas_jobs._app.apikeys import end_sessions
 
     async def action(conn: AsyncConnection) -> int:
         return await end_sessions(conn, owner=owner, key_id=key_id)

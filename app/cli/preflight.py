@@ -16,15 +16,12 @@ import time
 
 import asyncpg
 
+from atlas_jobs._app.cli.failure import CliFailure
 from atlas_jobs._app.db.engine import create_engine, describe_url, resolve_database_url
 from atlas_jobs._app.db.migrations import SchemaStatus, schema_status
 from atlas_jobs._app.settings import get_settings
 
 CONNECT_TIMEOUT_SECONDS = 15.0
-
-
-class CliFailure(Exception):  # noqa: N818 - an outcome for the user, not a program error
-    """A failure the user can act on, told in one line."""
 
 
 def where(url: str) -> str:

@@ -4,15 +4,18 @@ attempt, error, the link) -- plain lines, or a rich renderable for ``watch`` on 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from atlas_jobs._app.client.observer import Observer
-from atlas_jobs._app.presentation import Observation, Presentation, present
+from atlas_jobs._app.presentation import Observation, Presentation, attempt_line, present
+
+if TYPE_CHECKING:
+    from atlas_jobs._app.client.observer import Observer
 
 
 def stage_cells(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -33,14 +36,18 @@ def result_hint(job_id: str) -> str:
     return f"atlas-jobs result {job_id} -o DIR"
 
 
-def facts(status: Mapping[str, Any], shown: Presentation) -> list[str]:
-    """The status as a few labelled lines (the label first; never a percentage)."""
+def facts(
+    status: Mapping[str, Any],
+    shown: Presentation,
+    result: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The status as a few labelled lines (the label first; never a percentage);
+    ``result``: the result reference, when read (its files or its publication)."""
     job_id = str(status.get("id"))
     lines = [
         shown.label,
         f"job       {job_id}  {status.get('kind')} v{status.get('kind_version')}",
-        f"state     {status.get('state')} ({status.get('reason')}); "
-        f"attempt {status.get('attempt')} of {status.get('max_attempts')}",
+        f"state     {status.get('state')} ({status.get('reason')}); attempt {attempt_line(status)}",
     ]
     progress = status.get("progress") or {}
     cells = stage_cells(status)
@@ -56,8 +63,25 @@ def facts(status: Mapping[str, Any], shown: Presentation) -> list[str]:
         lines.append(f"next try  {status['next_attempt_at']}")
     if shown.show_result_link:
         lines.append(f"result    {result_hint(job_id)}")
+    elif result is not None:
+        lines.append(f"result    {result_summary(result)}")
     lines.append(f"updated   {status.get('updated_at')} (created {status.get('created_at')})")
     return lines
+
+
+def result_summary(result: Mapping[str, Any]) -> str:
+    """A result reference in one line: its files, else its publication or reference."""
+    files = result.get("files") or []
+    if files:
+        return f"{len(files)} file(s): " + ", ".join(str(f["name"]) for f in files)
+    publication = result.get("publication")
+    if publication:
+        receipt = json.dumps(publication.get("receipt") or {}, sort_keys=True)
+        return f"no files; published to {publication.get('destination')}, receipt {receipt}"
+    reference = result.get("reference") or {}
+    if reference:
+        return f"no files; reference {json.dumps(reference, sort_keys=True)}"
+    return "the job finished without files"
 
 
 def watch_line(observer: Observer, job_id: str) -> tuple[str, str]:
@@ -100,9 +124,12 @@ def watch_panel(observer: Observer, job_id: str) -> RenderableType:
     return Group(*parts)
 
 
-def present_status(status: Mapping[str, Any]) -> Presentation:
-    """A status just read: a fresh observation."""
-    return present(status, Observation.FRESH)
+def present_status(
+    status: Mapping[str, Any], result: Mapping[str, Any] | None = None
+) -> Presentation:
+    """A status just read: a fresh observation (``result``: its result reference, when
+    read too)."""
+    return present(status, Observation.FRESH, result=result)
 
 
 def kind_rows(kinds: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:

@@ -1,8 +1,9 @@
 """``atlas-jobs schedules ...``: manage cron triggers over HTTP (``--url``/``ATLAS_URL``,
 ``--api-key``/``ATLAS_API_KEY``), through the client library like the other client verbs.
 
-Each verb prints one line per schedule (``id  on/off  cron  tz  next  last  kind``), or
-the raw JSON with ``--json``; a failure is one line on stderr with the client verbs'
+Each verb prints one row per schedule (id, name, on/off, cron, time zone, next and last
+tick, counts, kind: a table on a terminal, tab-separated when piped), or the raw JSON
+with ``--json``; a failure is one line on stderr with the client verbs'
 exit codes (1 refused, 3 API unreachable, 4 key rejected).
 """
 
@@ -10,45 +11,47 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 
 from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from atlas_jobs._app.client import DEFAULT_URL
+from atlas_jobs._app.cli.tables import print_table
+from atlas_jobs._app.client.address import DEFAULT_URL
+
+if TYPE_CHECKING:
+    import httpx
 
 schedules_app = typer.Typer(
     help="Cron schedules: one job per tick, exactly once.", no_args_is_help=True
 )
 
 
-def _line(schedule: dict[str, Any]) -> str:
-    state = "on " if schedule["enabled"] else "off"
-    return "  ".join(
-        [
-            schedule["id"],
-            state,
-            f"{schedule['cron']!r}",
-            schedule["timezone"],
-            f"next={schedule['next_fire_at'] or '-'}",
-            f"last={schedule['last_fire_at'] or '-'}",
-            f"fired={schedule['fired_count']}",
-            f"refused={schedule.get('refused_count', 0)}",
-            schedule["job"]["kind"],
-        ]
-    )
+SCHEDULE_COLUMNS = ("ID", "NAME", "ON", "CRON", "TZ", "NEXT", "LAST", "FIRED", "REFUSED", "KIND")
+
+
+def _row(schedule: dict[str, Any]) -> list[str | int | None]:
+    return [
+        schedule["id"],
+        schedule.get("name"),
+        "on" if schedule["enabled"] else "off",
+        schedule["cron"],
+        schedule["timezone"],
+        schedule["next_fire_at"] or "-",
+        schedule["last_fire_at"] or "-",
+        schedule["fired_count"],
+        schedule.get("refused_count", 0),
+        schedule["job"]["kind"],
+    ]
 
 
 def _show(response: httpx.Response, raw: bool) -> None:
     body = response.json()
     if raw:
         typer.echo(json.dumps(body, indent=2))
-    elif "items" in body:
-        for item in body["items"]:
-            typer.echo(_line(item))
-    else:
-        typer.echo(_line(body))
+        return
+    items = body.get("items", [body])
+    print_table(SCHEDULE_COLUMNS, [_row(item) for item in items], empty="no schedules")
 
 
 @schedules_app.command("create")

@@ -1,6 +1,6 @@
 """``atlas-jobs webhooks ...``: register and list completion-callback endpoints over HTTP
 (``--url``/``ATLAS_URL``, ``--api-key``/``ATLAS_API_KEY``), through the client library.
-``create`` prints the signing secret, once."""
+``create`` prints the endpoint's id, and its signing secret once (on stderr)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
-from atlas_jobs._app.client import DEFAULT_URL
+from atlas_jobs._app.cli.tables import print_table
+from atlas_jobs._app.client.address import DEFAULT_URL
 
 webhooks_app = typer.Typer(
     help="Webhook endpoints for job completion callbacks.", no_args_is_help=True
@@ -25,15 +26,19 @@ def create(
     api_url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """Register an endpoint; prints its id and its secret (shown only now)."""
+    """Register an endpoint: prints its id (on stdout, alone) and its signing secret (on
+    stderr, shown only now)."""
     body = {"url": url, **({"description": description} if description else {})}
     with _connected(api_url, api_key) as api:
         made = api.call("POST", "/v1/webhooks", ok=frozenset({201}), json=body).json()
     if raw:
         typer.echo(json.dumps(made, indent=2))
     else:
-        typer.echo(f"{made['id']}  {made['url']}")
-        typer.echo(f"secret: {made['secret']}  (shown once: store it to verify signatures)")
+        typer.echo(made["id"])  # alone on stdout: HOOK=$(atlas-jobs webhooks create URL)
+        typer.echo(f"endpoint {made['id']} for {made['url']}", err=True)
+        typer.echo(
+            f"secret: {made['secret']}  (shown once: store it to verify signatures)", err=True
+        )
 
 
 @webhooks_app.command("list")
@@ -46,8 +51,8 @@ def list_webhooks(
     if raw:
         typer.echo(json.dumps(body, indent=2))
         return
-    for item in body["items"]:
-        typer.echo(f"{item['id']}  {item['url']}  {item['description'] or ''}".rstrip())
+    rows = [[item["id"], item["url"], item["description"]] for item in body["items"]]
+    print_table(("ID", "URL", "DESCRIPTION"), rows, empty="no webhook endpoints")
 
 
 @webhooks_app.command("delete")
@@ -68,6 +73,18 @@ def deliveries(
     if raw:
         typer.echo(json.dumps(body, indent=2))
         return
-    for item in body["items"]:
-        last = item["last_status_code"] or item["last_error"] or "-"
-        typer.echo(f"{item['id']}  {item['event']}  {item['state']}  {item['attempts']}  {last}")
+    rows = [
+        [
+            item["id"],
+            item["event"],
+            item["state"],
+            item["attempts"],
+            item["last_status_code"] or item["last_error"] or "-",
+        ]
+        for item in body["items"]
+    ]
+    print_table(
+        ("ID", "EVENT", "STATE", "ATTEMPTS", "LAST ANSWER"),
+        rows,
+        empty="no notifications for this job (is a webhook endpoint registered?)",
+    )

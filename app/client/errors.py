@@ -1,7 +1,7 @@
 """What can go wrong when a client talks to the service: a small typed tree.
 
 Each error says in one line what happened and what to do; the CLI prints it and exits
-with the error's code (``docs``: README "Client exit codes"). None of them is a *job*
+with the error's code (``docs``: docs/cli.md "Client verbs"). None of them is a *job*
 failure: they describe the request, or the connection.
 """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -22,6 +22,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 
+from atlas_jobs._app.client.address import DEFAULT_URL
 from atlas_jobs._app.client.errors import (
     ApiUnreachableError,
     ClientError,
@@ -34,7 +35,6 @@ from atlas_jobs._app.client.errors import (
     describe_problem,
 )
 
-DEFAULT_URL: Final = "http://127.0.0.1:8000"
 SUBMIT_ATTEMPTS: Final = 5
 TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "canceled"})
 
@@ -193,13 +193,21 @@ class JobsClient:
         job_input: Mapping[str, Any],
         *,
         idempotency_key: str | None = None,
+        notify: str | None = None,
         attempts: int = SUBMIT_ATTEMPTS,
+        tags: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """Create a job (``202``); every retry sends the same ``Idempotency-Key``."""
+        """Create a job (``202``); every retry sends the same ``Idempotency-Key``.
+        ``notify``: one of the owner's webhook endpoints, called when the job ends."""
         key = idempotency_key or f"cli-{uuid.uuid4()}"
+        payload: dict[str, Any] = {"kind": kind, "input": dict(job_input)}
+        if tags:
+            payload["tags"] = list(tags)
+        if notify is not None:
+            payload["notify"] = notify
         response = self.post_idempotent(
             "/v1/jobs",
-            {"kind": kind, "input": dict(job_input)},
+            payload,
             {"Idempotency-Key": key},
             attempts=attempts,
         )
@@ -242,9 +250,13 @@ class JobsClient:
         kinds: list[str] | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One page of the caller's jobs (``items``, ``next_cursor``)."""
+        """One page of the jobs the caller may search (``items``, ``next_cursor``);
+        ``filters`` are further ``GET /v1/jobs`` parameters (``tag``, ``owner``,
+        ``reason``, ``error_code``, ``created_after``, ...), lists for repeated ones."""
         params: dict[str, Any] = {"limit": limit}
+        params.update({k: v for k, v in (filters or {}).items() if v not in (None, [], ())})
         if states:
             params["state"] = states
         if kinds:
@@ -255,6 +267,29 @@ class JobsClient:
             self._send("GET", "/v1/jobs", params=params), frozenset({200})
         ).json()
         return body
+
+    def start_bulk_operation(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /v1/bulk-operations``: the accepted operation (``202``), or with
+        ``dry_run`` the count and sample (``200``)."""
+        answer: dict[str, Any] = self._check(
+            self._send("POST", "/v1/bulk-operations", json=dict(body)), frozenset({200, 202})
+        ).json()
+        return answer
+
+    def bulk_operation(self, operation_id: str, *, wait: int | None = None) -> dict[str, Any]:
+        """A bulk operation; with ``wait``, held until it ends or ``wait`` seconds pass."""
+        headers = {"Prefer": f"wait={wait}"} if wait else {}
+        answer: dict[str, Any] = self._check(
+            self._send("GET", f"/v1/bulk-operations/{operation_id}", headers=headers),
+            frozenset({200}),
+        ).json()
+        return answer
+
+    def cancel_bulk_operation(self, operation_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = self._check(
+            self._send("POST", f"/v1/bulk-operations/{operation_id}/cancel"), frozenset({202})
+        ).json()
+        return answer
 
     def kinds(self) -> list[dict[str, Any]]:
         """Every job kind (``GET /v1/kinds``): versions, live workers per version,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from atlas_jobs._app.client.errors import ApiUnreachableError, RefusedError
+from atlas_jobs._app.client.errors import ApiUnreachableError, ClientError, RefusedError
 from atlas_jobs._app.client.http import TERMINAL_STATES, JobsClient, StatusRead
 from atlas_jobs._app.presentation import STALE_AFTER_SECONDS, Observation, Presentation, present
 
@@ -40,6 +40,7 @@ class Observer:
         self._clock = clock
         self.stale_after = stale_after
         self.status: dict[str, Any] | None = None
+        self.result: dict[str, Any] | None = None
         self.last_read_at: float | None = None
         self.last_failure: str | None = None
         self.failures = 0
@@ -81,6 +82,7 @@ class Observer:
             self.observation(),
             seconds_since_read=self.seconds_since_read(),
             now=now,
+            result=self.result,
         )
 
     @property
@@ -89,6 +91,20 @@ class Observer:
         status = self.status or {}
         delivery = (status.get("delivery") or {}).get("state")
         return status.get("state") in TERMINAL_STATES and delivery not in UNSETTLED_DELIVERY
+
+
+def _result_reference(
+    client: JobsClient, job_id: str, status: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The result reference of a finished job whose delivery is ``available`` (so its
+    label can say whether there is anything to download), else ``None``; a failed read
+    of it leaves the label as the status alone makes it."""
+    if ((status or {}).get("delivery") or {}).get("state") != "available":
+        return None
+    try:
+        return client.result(job_id)
+    except ClientError:
+        return None
 
 
 def _pause_after_failure(failures: int) -> float:
@@ -145,6 +161,7 @@ def follow(
             etag = answer.etag or etag
             first = False
             if observer.finished:
+                observer.result = _result_reference(client, job_id, observer.status)
                 render(observer)
                 return observer.status
             if not answer.held and answer.retry_after:

@@ -299,6 +299,11 @@ def _ensure_database(server: EmbeddedServer, name: str) -> None:
         )  # fmt: skip
 
 
+def is_running(data_dir: Path) -> bool:
+    """Whether the embedded server for ``data_dir`` runs (and accepts connections)."""
+    return _running_port(data_dir.expanduser().resolve() / "pg") is not None
+
+
 def stop(data_dir: Path, *, mode: str = "fast") -> None:
     """Stop the embedded server for ``data_dir`` if it runs."""
     pgdata = data_dir.expanduser().resolve() / "pg"

@@ -21,8 +21,9 @@ States here are interpolated constants from :mod:`atlas_jobs._app.lifecycle`, ne
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Boolean, Integer, TextualSelect, column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -62,16 +63,33 @@ _CREATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("replay_of", "uuid"),
     ("data", "jsonb"),
 )
-_BATCH_INPUT = f"""
+# A job's tags travel as one JSON array per job (a batch's arrays of arrays would be
+# flattened by unnest). Only the ``tagged`` shapes bind, write and answer them: a
+# creation without tags leaves the column to its default ('{}'), so its statement is
+# the one it was before tags existed (and runs on a schema older than the column).
+_TAG_FIELD = ("tags", "jsonb")
+_TAGS = "ARRAY(SELECT jsonb_array_elements_text(input.tags))"
+
+
+def _fields(tagged: bool) -> tuple[tuple[str, str], ...]:
+    return (*_CREATION_FIELDS, _TAG_FIELD) if tagged else _CREATION_FIELDS
+
+
+def _batch_input(tagged: bool) -> str:
+    fields = _fields(tagged)
+    return f"""
     SELECT *
-      FROM unnest({", ".join(f"CAST(:p_{n} AS {t}[])" for n, t in _CREATION_FIELDS)})
+      FROM unnest({", ".join(f"CAST(:p_{n} AS {t}[])" for n, t in fields)})
            WITH ORDINALITY
-           AS i({", ".join(n for n, _ in _CREATION_FIELDS)}, ord)"""
-_ONE_INPUT = f"""
-    SELECT {", ".join(f"CAST(:p_{n} AS {t}) AS {n}" for n, t in _CREATION_FIELDS)}"""
+           AS i({", ".join(n for n, _ in fields)}, ord)"""
 
 
-def _creation_writes(*, one: bool, by_key: bool = True) -> str:
+def _one_input(tagged: bool) -> str:
+    return f"""
+    SELECT {", ".join(f"CAST(:p_{n} AS {t}) AS {n}" for n, t in _fields(tagged))}"""
+
+
+def _creation_writes(*, one: bool, by_key: bool = True, tagged: bool = False) -> str:
     in_order = "" if one else "\n     ORDER BY ord"
     # by_key: the history row records the API key that submitted (:actor_key; revision
     # c7d8e9f0a1b2). The shape without it serves creations no key made (schedules,
@@ -79,16 +97,17 @@ def _creation_writes(*, one: bool, by_key: bool = True) -> str:
     key_column, key_value = (
         (", key_id", ",\n           CAST(:actor_key AS uuid)") if by_key else ("", "")
     )
+    tag_column, tag_value = (", tags", f", {_TAGS}") if tagged else ("", "")
     return f"""
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of{tag_column})
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
            max_attempts, max_elapsed_seconds, {_NOW}, {_NOW}, {_NOW}, {_NOW}, request_id,
-           idempotency_key, replay_of
+           idempotency_key, replay_of{tag_value}
       FROM input{in_order}
- RETURNING {_RETURNED}, {_NOW} AS observed_at
+ RETURNING {_returned(tagged)}, {_NOW} AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data{key_column})
@@ -107,42 +126,59 @@ created AS (
 # it created (the 202's body and headers; the id to link a schedule's fire or a webhook
 # to): not the input it sent nor the empty result reference, documents the client would
 # decode for nothing. (The figures: docs/performance.md, "Figures behind the code".)
-_CREATED_COLUMNS = (*JOB_STATUS_COLUMNS, column("observed_at", TZ))
-_RETURNED = ", ".join(c.name for c in JOB_STATUS_COLUMNS)
-_CREATED = ", ".join(f"created.{c.name}" for c in _CREATED_COLUMNS)
+# An untagged shape answers without ``tags`` (the status shows none).
+def _status_columns(tagged: bool) -> tuple[Any, ...]:
+    return tuple(c for c in JOB_STATUS_COLUMNS if tagged or c.name != "tags")
+
+
+def _created_columns(tagged: bool) -> tuple[Any, ...]:
+    return (*_status_columns(tagged), column("observed_at", TZ))
+
+
+def _returned(tagged: bool) -> str:
+    return ", ".join(c.name for c in _status_columns(tagged))
+
+
+def _created(tagged: bool) -> str:
+    return ", ".join(f"created.{c.name}" for c in _created_columns(tagged))
 
 
 @dataclass(frozen=True, slots=True)
 class Creation:
-    """One creation statement in its two shapes: ``one`` binds one job's fields as
-    scalars, ``batch`` as arrays (see ``_CREATION_FIELDS``) -- each also ``_by_key``,
-    recording the submitting API key (``:actor_key``) on the history rows."""
+    """One creation statement in its shapes: ``one`` binds one job's fields as scalars,
+    a batch as arrays (see ``_CREATION_FIELDS``); ``by_key`` records the submitting API
+    key (``:actor_key``) on the history rows; ``tagged`` writes the jobs' tags."""
 
-    one: TextualSelect
-    batch: TextualSelect
-    one_by_key: TextualSelect
-    batch_by_key: TextualSelect
+    shapes: Mapping[tuple[bool, bool, bool], TextualSelect]
 
-    def shape(self, *, one: bool, by_key: bool) -> TextualSelect:
-        if by_key:
-            return self.one_by_key if one else self.batch_by_key
-        return self.one if one else self.batch
+    def shape(self, *, one: bool, by_key: bool, tagged: bool = False) -> TextualSelect:
+        return self.shapes[(one, by_key, tagged)]
+
+    @property
+    def one(self) -> TextualSelect:
+        return self.shape(one=True, by_key=False)
+
+    @property
+    def batch(self) -> TextualSelect:
+        return self.shape(one=False, by_key=False)
 
 
-def _create(*, one: bool, by_key: bool) -> TextualSelect:
+def _create(*, one: bool, by_key: bool, tagged: bool) -> TextualSelect:
     return text(f"""
-WITH input AS ({_ONE_INPUT if one else _BATCH_INPUT}
-), {_creation_writes(one=one, by_key=by_key)}
-SELECT {_CREATED} FROM created
-""").columns(*_CREATED_COLUMNS)
+WITH input AS ({_one_input(tagged) if one else _batch_input(tagged)}
+), {_creation_writes(one=one, by_key=by_key, tagged=tagged)}
+SELECT {_created(tagged)} FROM created
+""").columns(*_created_columns(tagged))
 
 
 def _creation(build: Callable[..., TextualSelect]) -> Creation:
     return Creation(
-        one=build(one=True, by_key=False),
-        batch=build(one=False, by_key=False),
-        one_by_key=build(one=True, by_key=True),
-        batch_by_key=build(one=False, by_key=True),
+        {
+            (one, by_key, tagged): build(one=one, by_key=by_key, tagged=tagged)
+            for one in (True, False)
+            for by_key in (True, False)
+            for tagged in (True, False)
+        }
     )
 
 
@@ -161,21 +197,22 @@ CREATE = _creation(_create)
 # (autocommit): the lock then ends with it. The count is one InitPlan, run before any
 # row is written. Answer: the created rows, each with the count; refused, ONE row with
 # ``id`` NULL and only ``admission_unfinished`` (the count).
-def _create_admitted(*, one: bool, by_key: bool) -> TextualSelect:
+def _create_admitted(*, one: bool, by_key: bool, tagged: bool) -> TextualSelect:
     size = "1" if one else "cardinality(CAST(:p_id AS uuid[]))"
     return text(f"""
 WITH admission AS (
     SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
            AS unfinished
-), input AS ({_ONE_INPUT if one else _BATCH_INPUT}
+), input AS ({_one_input(tagged) if one else _batch_input(tagged)}
      WHERE (SELECT unfinished FROM admission) + {size} <= CAST(:admit_cap AS integer)
-), {_creation_writes(one=one, by_key=by_key)}
-SELECT {_CREATED}, admission.unfinished AS admission_unfinished
+), {_creation_writes(one=one, by_key=by_key, tagged=tagged)}
+SELECT {_created(tagged)}, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true
-""").columns(*_CREATED_COLUMNS, column("admission_unfinished", Integer))
+""").columns(*_created_columns(tagged), column("admission_unfinished", Integer))
 
 
 CREATE_ADMITTED = _creation(_create_admitted)
+
 
 # create_keyed: ONE job with an Idempotency-Key in ONE statement (its own transaction
 # when run in autocommit) -- what CREATE_ADMITTED does, behind the key's two guards:
@@ -191,7 +228,8 @@ CREATE_ADMITTED = _creation(_create_admitted)
 # checked at the end of the statement. Answer: ONE row with ``key_free``,
 # ``admission_unfinished`` (NULL without the guard) and the created job's columns (``id``
 # NULL when nothing was created). One job: its fields are bound as scalars.
-CREATE_KEYED = text(f"""
+def _create_keyed(tagged: bool) -> TextualSelect:
+    return text(f"""
 WITH guard AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(CAST(:key_scope AS text), 0)) AS free
 ), admission AS (
@@ -210,14 +248,20 @@ WITH guard AS (
            <= COALESCE(CAST(:admit_cap AS integer), admission.unfinished + 1)
         ON CONFLICT DO NOTHING
     RETURNING job_id
-), input AS ({_ONE_INPUT}
+), input AS ({_one_input(tagged)}
      WHERE EXISTS (SELECT 1 FROM keyed)
-), {_creation_writes(one=True)}
-SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, {_CREATED}
+), {_creation_writes(one=True, tagged=tagged)}
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, {_created(tagged)}
   FROM guard CROSS JOIN admission LEFT JOIN created ON true
 """).columns(
-    column("key_free", Boolean), column("admission_unfinished", Integer), *_CREATED_COLUMNS
-)
+        column("key_free", Boolean),
+        column("admission_unfinished", Integer),
+        *_created_columns(tagged),
+    )
+
+
+CREATE_KEYED = _create_keyed(tagged=False)
+CREATE_KEYED_TAGGED = _create_keyed(tagged=True)
 
 # late_cancel: a cancel that found the job finished changes nothing but is recorded
 # (from = to = the final state), so the late request is visible in the history. The same
@@ -265,12 +309,17 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # * ORDER BY (available_at, seq) walks ix_jobs_claimable (partial: state = 'queued') in
 #   index order, so the scan stops after LIMIT matching rows whatever the table size.
 # * The handler filter keeps a job that no running worker can handle visibly queued.
+# * A paused kind (kind_pauses: every version, 0, or one) is skipped here, in the claim
+#   itself, so no process claims it once the pause has committed, whatever its cache.
+#   The table has a few rows: an anti-join hashed once per claim statement.
 CLAIM_SELECTION = f"""
     SELECT id
       FROM jobs
      WHERE state = '{JobState.QUEUED}'
        AND available_at <= {_NOW}
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED"""

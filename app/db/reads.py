@@ -21,8 +21,10 @@ from sqlalchemy import (
     bindparam,
     func,
     literal,
+    literal_column,
     select,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -305,29 +307,79 @@ async def oldest_claimable_age(conn: AsyncConnection, now: ColumnElement[datetim
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    owner: str
+    """What a listing (or a bulk operation) selects. ``owner`` is the caller's scope
+    (``None``: every owner); the other fields narrow it, each a set of accepted values
+    (empty: any) or a half-open time range ``[after, before)``."""
+
+    owner: str | None
     states: Sequence[str] = ()
     kinds: Sequence[str] = ()
+    owners: Sequence[str] = ()
+    tags: Sequence[str] = ()
+    """Every one of these tags (``key=value``)."""
+    reasons: Sequence[str] = ()
+    error_codes: Sequence[str] = ()
+    """The code of the job's error, or of its last error while it is not finished."""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
     before_seq: int | None = None
     limit: int = 20
+
+
+def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
+    """The WHERE of a filter, shaped for the search indexes: states are literals (from
+    the lifecycle's vocabulary, never input) so the planner can prove the partial index
+    ``ix_jobs_attention`` covers them, a tag filter repeats ``ix_jobs_tags``'s predicate,
+    and one owner is an equality (``ix_jobs_owner_seq``)."""
+    conditions: list[ColumnElement[bool]] = []
+    owners = sorted({*page.owners, *([page.owner] if page.owner is not None else [])})
+    if page.owner is not None:
+        conditions.append(jobs.c.owner == page.owner)
+        if page.owners and page.owner not in page.owners:
+            conditions.append(literal(False))
+    elif len(owners) == 1:
+        conditions.append(jobs.c.owner == owners[0])
+    elif owners:
+        conditions.append(jobs.c.owner.in_(owners))
+    if page.states:
+        states = sorted({JobState(s).value for s in page.states})
+        conditions.append(jobs.c.state.in_([literal_column(f"'{s}'") for s in states]))
+    if page.kinds:
+        conditions.append(jobs.c.kind.in_(sorted(set(page.kinds))))
+    if page.tags:
+        conditions.append(jobs.c.tags != literal_column("'{}'::text[]"))
+        conditions.append(jobs.c.tags.contains(sorted(set(page.tags))))
+    if page.reasons:
+        conditions.append(jobs.c.reason.in_(sorted(set(page.reasons))))
+    if page.error_codes:
+        code = func.coalesce(jobs.c.error, jobs.c.last_error)["code"].astext
+        conditions.append(code.in_(sorted(set(page.error_codes))))
+    if page.created_after is not None:
+        conditions.append(jobs.c.created_at >= page.created_after)
+    if page.created_before is not None:
+        conditions.append(jobs.c.created_at < page.created_before)
+    if page.finished_after is not None:
+        conditions.append(jobs.c.finished_at >= page.finished_after)
+    if page.finished_before is not None:
+        conditions.append(jobs.c.finished_at < page.finished_before)
+    return conditions
 
 
 async def list_jobs(
     conn: AsyncConnection, page: JobFilter, *, now: ColumnElement[datetime] | None = None
 ) -> list[Row[Any]]:
-    """The owner's jobs, newest first, keyset-paginated on ``seq`` (ix_jobs_owner_seq).
+    """The jobs a filter selects, newest first, keyset-paginated on ``seq`` (stable
+    under inserts: a new job has a larger ``seq`` than every page already read).
 
     Fetches ``limit + 1`` rows so the caller knows whether another page exists."""
-    conditions = [jobs.c.owner == page.owner]
-    if page.states:
-        conditions.append(jobs.c.state.in_(list(page.states)))
-    if page.kinds:
-        conditions.append(jobs.c.kind.in_(list(page.kinds)))
+    conditions = job_conditions(page)
     if page.before_seq is not None:
         conditions.append(jobs.c.seq < page.before_seq)
     rows = await conn.execute(
         select(jobs, (now if now is not None else func.now()).label("observed_at"))
-        .where(and_(*conditions))
+        .where(and_(true(), *conditions))
         .order_by(jobs.c.seq.desc())
         .limit(page.limit + 1)
     )

@@ -138,6 +138,11 @@ def generated() -> Iterator[Block]:
         yield Block(
             f"{name}_batch", f"{name}: {what}; a batch, bound as arrays.", _sql(statement.batch)
         )
+        yield Block(
+            f"{name}_batch_tagged",
+            f"{name}: {what}; a batch, bound as arrays, with the jobs' tags.",
+            _sql(statement.shape(one=False, by_key=False, tagged=True)),
+        )
     yield Block(
         "create_keyed_one",
         "create_keyed: one job behind its Idempotency-Key's lock, the admission cap and "

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
     Connection,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -36,7 +38,11 @@ from atlas_jobs._app.db.row_rules import JOB_RULES, RULES_NAME, sql_list
 from atlas_jobs._app.lifecycle import (
     ALL_ATTEMPT_OUTCOMES,
     ALL_STATES,
+    ATTENTION_STATES,
+    BULK_OPERATION_STATES,
+    TERMINAL_BULK_OPERATION_STATES,
     TERMINAL_STATES,
+    BulkAction,
     DeliveryState,
     JobState,
 )
@@ -54,6 +60,7 @@ NAMING_CONVENTION = {
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 TERMINAL_SQL = sql_list(TERMINAL_STATES)
+ATTENTION_STATES_SQL = sorted(s.value for s in ATTENTION_STATES)
 
 
 # The rules of ``jobs`` are ONE CHECK constraint calling ONE IMMUTABLE PL/pgSQL function
@@ -129,6 +136,9 @@ jobs = Table(
     Column("replay_of", UUID(as_uuid=True), ForeignKey("jobs.id")),
     Column("request_id", Text),
     Column("idempotency_key", Text),
+    # ``key=value`` labels given at creation (atlas_jobs._app.tags), never confidential;
+    # set once, never updated.
+    Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     PrimaryKeyConstraint("id"),
     # No unique index on seq: an identity column never repeats, and every index that is
     # not partial costs an insertion on each state change (state changes are not HOT).
@@ -169,6 +179,7 @@ JOB_STATUS_COLUMNS = tuple(
         "delivery_state",
         "delivery_expires_at",
         "replay_of",
+        "tags",
     )
 )
 
@@ -194,6 +205,31 @@ Index(
 # updates are not HOT) land mid-range either way, so under a steady churn the two sizes
 # are alike; the gain is in a backlog. Every version of every job has an entry here.
 Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq)
+# Search across owners (operators, reviewers with the global scope), newest first: the
+# keyset on seq, read backwards, with the other filters applied on the way.
+Index("ix_jobs_seq", jobs.c.seq)
+# Search by the states an operator looks for, newest first. Partial: the drain's states
+# (queued, running, succeeded) are not in it, so claims and publications pay nothing;
+# a job enters it when it waits, needs attention or ends another way.
+Index(
+    "ix_jobs_attention",
+    jobs.c.state,
+    jobs.c.seq,
+    postgresql_where=jobs.c.state.in_(ATTENTION_STATES_SQL),
+)
+# The planner's knowledge that a job's kind and state go together (an outage leaves one
+# kind unresolved): without it, "state=unresolved&kind=K" is estimated as the product of
+# the two frequencies, and the search reads every unresolved job and sorts them instead
+# of walking ix_jobs_attention for one page (revision b8fd571ff01f).
+JOBS_STATE_KIND_STATISTICS = "CREATE STATISTICS jobs_state_kind (mcv) ON state, kind FROM jobs"
+event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))  # type: ignore[no-untyped-call]
+# Search by tag: only tagged jobs are in it.
+Index(
+    "ix_jobs_tags",
+    jobs.c.tags,
+    postgresql_using="gin",
+    postgresql_where=text("tags <> '{}'::text[]"),
+)
 # Admission control counts an owner's unfinished jobs without touching finished ones.
 Index(
     "ix_jobs_owner_active",
@@ -354,6 +390,8 @@ api_keys = Table(
     # The person (or system) holding the key: one holder may have several keys, and the
     # four-eyes rule of reviews compares holders, not keys.
     Column("holder", Text),
+    # The kinds an operator key may act on (bulk operations); NULL: every kind.
+    Column("kinds", ARRAY(Text)),
     PrimaryKeyConstraint("id"),
     UniqueConstraint("key_hash"),
     CheckConstraint(
@@ -614,4 +652,113 @@ worker_processes = Table(
     PrimaryKeyConstraint("worker_id"),
     CheckConstraint("concurrency > 0", name="concurrency_positive"),
     postgresql_with=WORKERS_STORAGE,
+)
+
+# Paused kinds (atlas_jobs._app.db.pauses): while a row names a kind -- every version
+# (``version`` 0) or one -- the claim takes none of its queued jobs; running attempts
+# finish. A few rows, read by every claim (the claim's ``picked`` selection) and by the
+# API's view of what holds a queued job (``waiting_for``: paused). Each pause and resume
+# is also appended to ``kind_pause_events`` with its actor and note.
+kind_pauses = Table(
+    "kind_pauses",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("paused_by", Text, nullable=False),
+    Column("paused_at", TZ, nullable=False, server_default=NOW),
+    Column("note", Text),
+    PrimaryKeyConstraint("kind", "version"),
+    CheckConstraint("version >= 0", name="version_known"),
+)
+
+KIND_PAUSE_ACTIONS: tuple[str, ...] = ("pause", "resume")
+
+kind_pause_events = Table(
+    "kind_pause_events",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("at", TZ, nullable=False, server_default=NOW),
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("note", Text),
+    PrimaryKeyConstraint("seq"),
+    CheckConstraint(f"action IN ({sql_list(KIND_PAUSE_ACTIONS)})", name="action_known"),
+)
+
+# The charts' per-minute rollup (atlas_jobs._app.db.activity): per minute and kind, jobs
+# created and finished by outcome, and the queue sampled in that minute (claimable
+# queued jobs, the oldest one's age). Maintained by the workers' activity service, which
+# recomputes only the last minute or two from the history; charts read ONE primary-key
+# range of it, whatever the size of ``jobs``. Rows older than two days are deleted.
+job_activity = Table(
+    "job_activity",
+    metadata,
+    Column("minute", TZ, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("created", Integer, nullable=False, server_default=text("0")),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("canceled", Integer, nullable=False, server_default=text("0")),
+    Column("queued", Integer, nullable=False, server_default=text("0")),
+    Column("oldest_queued_seconds", Float),
+    PrimaryKeyConstraint("minute", "kind"),
+)
+# The rollup finds the last minutes' history rows through a BRIN index on ``at``: the
+# history is appended in time order, and a BRIN index costs the appends almost nothing
+# (the newest pages stay unsummarized until vacuum), unlike a B-tree on every transition.
+Index("ix_job_history_at", job_history.c.at, postgresql_using="brin")
+
+
+# -- bulk operations -----------------------------------------------------------------
+# One row per operator bulk action (atlas_jobs._app.bulk): an action over a filter or an
+# id list, run by the workers in batches. A worker holds a running operation by a lease
+# (``worker_id``, ``lease_expires_at``); each batch moves its jobs and advances
+# ``position`` and the counts in ONE transaction, so a crash loses at most the batch in
+# flight, which the next holder redoes (no job is acted on twice). ``through_seq``
+# bounds a filter to the jobs that existed when the operation was accepted.
+bulk_operations = Table(
+    "bulk_operations",
+    metadata,
+    Column("id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'queued'")),
+    Column("filter", JSONB),
+    Column("job_ids", ARRAY(UUID(as_uuid=True))),
+    Column("note", Text),
+    Column("requested_by", Text, nullable=False),
+    Column("key_id", UUID(as_uuid=True)),
+    Column("kinds", ARRAY(Text)),
+    Column("through_seq", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
+    Column("matched", BigInteger, nullable=False, server_default=text("0")),
+    Column("done", BigInteger, nullable=False, server_default=text("0")),
+    Column("skipped", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("error", JSONB),
+    Column("version", BigInteger, nullable=False, server_default=text("1")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("started_at", TZ),
+    Column("finished_at", TZ),
+    Column("cancel_requested_at", TZ),
+    Column("worker_id", Text),
+    Column("lease_expires_at", TZ),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("seq"),
+    CheckConstraint(f"action IN ({sql_list(a.value for a in BulkAction)})", name="action_known"),
+    CheckConstraint(f"state IN ({sql_list(BULK_OPERATION_STATES)})", name="state_known"),
+    CheckConstraint(
+        f"(state IN ({sql_list(TERMINAL_BULK_OPERATION_STATES)})) = (finished_at IS NOT NULL)",
+        name="finished_iff_terminal",
+    ),
+    CheckConstraint("(filter IS NULL) <> (job_ids IS NULL)", name="filter_or_ids"),
+    CheckConstraint("done >= 0 AND matched >= done", name="counts_consistent"),
+)
+# The runner's one query: operations still to run, oldest first.
+Index(
+    "ix_bulk_operations_unfinished",
+    bulk_operations.c.created_at,
+    postgresql_where=text("state IN ('queued', 'running')"),
 )

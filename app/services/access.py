@@ -13,6 +13,16 @@ def visible_owner(principal: Principal) -> str | None:
     return None if principal.has(Role.OPERATOR) else principal.owner
 
 
+def search_scope(principal: Principal, *, review_scope: str) -> str | None:
+    """Whose jobs the caller may search: every owner's for operators, and for reviewers
+    when the review scope is global (``ATLAS_REVIEW_SCOPE``); otherwise its own."""
+    if principal.has(Role.OPERATOR):
+        return None
+    if principal.has(Role.REVIEWER) and review_scope == "global":
+        return None
+    return principal.owner
+
+
 def actor_for(principal: Principal) -> Actor:
     """The actor of a request's moves: ``operator:<owner>`` or ``client:<owner>``."""
     kind = ActorKind.OPERATOR if principal.has(Role.OPERATOR) else ActorKind.CLIENT

@@ -65,6 +65,8 @@ from atlas_jobs._app.services.refusals import (
 )
 from atlas_jobs._app.services.schemas import JobCreateBase, JobPublic
 from atlas_jobs._app.settings import Settings
+from atlas_jobs._app.tags import first_repeat
+from atlas_jobs._app.tags import normalized as normalized_tags
 from atlas_jobs._app.transitions import KeyedRefusal, NewJob, OwnerAtCapacity, Transitions
 
 
@@ -310,13 +312,18 @@ def validated_input(
 
 
 def fingerprint(
-    kind: str, normalized_input: dict[str, Any], notify: uuid.UUID | None = None
+    kind: str,
+    normalized_input: dict[str, Any],
+    notify: uuid.UUID | None = None,
+    tags: Sequence[str] = (),
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    and whom it notifies when it does)."""
+    whom it notifies when it does, and its tags, sorted)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
+    if tags:
+        document["tags"] = list(tags)
     canonical = json.dumps(
         document,
         sort_keys=True,
@@ -326,8 +333,26 @@ def fingerprint(
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def checked_tags(body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)) -> tuple[str, ...]:
+    """The body's tags as stored (sorted), or a 422 naming the first repeated one."""
+    repeat = first_repeat(body.tags)
+    if repeat is not None:
+        raise InvalidRequest(
+            "A job's tags are a set: a tag appears twice",
+            errors=[
+                {
+                    "loc": [str(part) for part in (*loc, "tags", repeat)],
+                    "msg": "repeated tag",
+                    "type": "tag_repeated",
+                }
+            ],
+        )
+    return normalized_tags(body.tags)
+
+
 def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
+    tags = checked_tags(request.body, request.loc)
     new = NewJob(
         owner=owner,
         kind=spec.name,
@@ -337,12 +362,13 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         max_elapsed_seconds=spec.max_elapsed_seconds,
         request_id=request_id,
         idempotency_key=request.idempotency_key,
+        tags=tags,
         traceparent=tracing.current_traceparent(),
     )
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify)
+        else fingerprint(spec.name, normalized, request.body.notify, tags)
     )
     return _Prepared(request, new, digest)
 

@@ -1,4 +1,5 @@
-"""What this API process knows of the live worker processes, refreshed in the background.
+"""What this API process knows of the live worker processes and the paused kinds,
+refreshed in the background.
 
 One task per API process reads :func:`atlas_jobs._app.db.reads.live_workers` (one
 statement over the worker registry's few rows) every
@@ -6,7 +7,10 @@ statement over the worker registry's few rows) every
 sampler keeps the queue gauges. A status body (:func:`atlas_jobs._app.services.views.waiting_for`)
 and ``GET /v1/kinds`` read the kept answer: no status read ever queries the registry,
 and what they say is at most one refresh old. Until the first read has answered, nothing
-is known and no job is said to wait for a worker.
+is known and no job is said to wait for a worker. The paused kinds
+(:func:`atlas_jobs._app.db.pauses.paused`, a few rows) are read by the same refresh, so a
+queued job of a paused kind says so (``waiting_for``: ``paused``); the claim itself reads
+the pauses, never this copy.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db import reads
+from atlas_jobs._app.db import pauses, reads
+from atlas_jobs._app.db.pauses import Pause
 
 log = structlog.get_logger("atlas.api.live_workers")
 
@@ -35,6 +40,12 @@ class LiveWorkers:
 
     counts: Mapping[str, int] | None = None
     read_at: float | None = None  # time.monotonic() of the last successful read
+    pauses: tuple[Pause, ...] = ()
+
+    def pause_of(self, kind: str, version: int) -> Pause | None:
+        """The pause holding ``kind@version`` (one version's before every version's)."""
+        held = [p for p in self.pauses if p.covers(kind, version)]
+        return max(held, key=lambda p: p.version is not None) if held else None
 
     def serving(self, key: str) -> int | None:
         """Live workers serving ``key``; ``None`` while nothing is known."""
@@ -66,7 +77,9 @@ async def refresh_once(
 ) -> None:
     async with asyncio.timeout(READ_TIMEOUT_SECONDS), engine.connect() as conn:
         counts = await reads.live_workers(conn, clock.now(), window_seconds=window_seconds)
+        paused = await pauses.paused(conn)
     live.counts = MappingProxyType(counts)
+    live.pauses = tuple(paused)
     live.read_at = time.monotonic()
 
 

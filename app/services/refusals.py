@@ -121,6 +121,22 @@ class UnknownKind(Refusal):
 
 
 @dataclass(eq=False)
+class KindNotFound(Refusal):
+    """A kind named in a path (a pause) that neither the API nor a live worker knows."""
+
+    kind: str
+    known: Sequence[str]
+
+
+@dataclass(eq=False)
+class KindNotPaused(Refusal):
+    """A resume of a kind (``version`` ``None``: its every-version pause) no pause holds."""
+
+    kind: str
+    version: int | None
+
+
+@dataclass(eq=False)
 class InvalidInput(Refusal):
     """The input does not match the kind's schema (``errors`` name the fields)."""
 

@@ -24,6 +24,7 @@ from atlas_jobs._app.lifecycle import (
     TransitionName,
     WaitingReason,
 )
+from atlas_jobs._app.tags import MAX_TAGS, Tag
 
 
 class StrictModel(BaseModel):
@@ -46,6 +47,17 @@ class JobCreateBase(StrictModel):
             "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
             "result expires."
         ),
+    )
+    tags: list[Tag] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description=(
+            f"Up to {MAX_TAGS} `key=value` labels to find the job by (`GET /v1/jobs?tag=`). "
+            "Tags are never confidential: operators and reviewers see them across owners, "
+            "and they appear in listings and logs. Keys: letters, digits, `_ . -`; a job's "
+            "tags are a set (a repeat is 422) and are returned sorted."
+        ),
+        examples=[["customer=acme", "batch=2026-12-01"]],
     )
 
 
@@ -277,12 +289,20 @@ class WaitingForPublic(BaseModel):
 
     reason: WaitingReason = Field(
         description="What holds it: `no_worker` -- no live worker process serves the "
-        "job's kind@version."
+        "job's kind@version; `paused` -- an operator paused its kind (`by`, `at`, `note`)."
     )
     kind: str | None = Field(
-        description="The `kind@version` it waits for a worker of (reason `no_worker`).",
+        description="The `kind@version` it waits for a worker of (reason `no_worker`), or "
+        "whose pause holds it (reason `paused`).",
         examples=["atlas.bundle@1"],
     )
+    by: str | None = Field(
+        default=None,
+        description="Who paused the kind (reason `paused`).",
+        examples=["operator:ops"],
+    )
+    at: datetime | None = Field(default=None, description="When the kind was paused.")
+    note: str | None = Field(default=None, description="Why, as the operator said.")
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
@@ -331,13 +351,16 @@ class JobPublic(BaseModel):
     delivery: DeliveryPublic = Field(description="Where the result stands.")
     error: ErrorPublic | None = Field(description="Set when the job failed.")
     cancel: CancelPublic | None = Field(description="Set once cancellation was requested.")
+    tags: list[str] = Field(
+        default_factory=list, description="The job's `key=value` tags, sorted (never confidential)."
+    )
     replay_of: uuid.UUID | None = Field(
         description="The job this one replays (an operator's replay creates a new job)."
     )
     waiting_for: WaitingForPublic | None = Field(
-        description="Set on a queued job that something holds (no live worker serves its "
-        "kind@version); null otherwise. Read from the API's view of the live workers, "
-        "at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        description="Set on a queued job that something holds (its kind is paused, or no "
+        "live worker serves its kind@version); null otherwise. Read from the API's view of "
+        "the pauses and the live workers, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

@@ -16,6 +16,7 @@ from atlas_jobs._app.lifecycle import (
     WaitingReason,
     is_terminal,
 )
+from atlas_jobs._app.presentation import paused_phrase
 from atlas_jobs._app.services import live_workers
 from atlas_jobs._app.services.schemas import (
     HistoryItem,
@@ -77,13 +78,24 @@ def effective_delivery(job: Any) -> DeliveryState:
 
 def waiting_for(job: Any) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
-    the live workers (:mod:`atlas_jobs._app.services.live_workers`): no query. ``None`` for a job
+    the paused kinds and the live workers (:mod:`atlas_jobs._app.services.live_workers`): no
+    query. A pause is named before a missing worker. ``None`` for a job
     that is not queued, or while nothing is known of the workers (no API in this
     process, or its first read has not answered)."""
     if job.state != JobState.QUEUED:
         return None
     live = live_workers.current()
     key = handler_key(job.kind, job.kind_version)
+    pause = None if live is None else live.pause_of(job.kind, job.kind_version)
+    if pause is not None:
+        return {
+            "reason": WaitingReason.PAUSED,
+            "kind": key,
+            "by": pause.paused_by,
+            "at": pause.paused_at,
+            "note": pause.note,
+            "message": paused_phrase(pause.paused_by, pause.paused_at, pause.note),
+        }
     if live is None or live.serving(key) != 0:
         return None
     return {
@@ -166,6 +178,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "delivery": {"state": delivery, "expires_at": job.delivery_expires_at},
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
+        "tags": list(getattr(job, "tags", None) or ()),
         "replay_of": job.replay_of,
         "waiting_for": waiting_for(job),
         "links": {

@@ -32,6 +32,8 @@ class NewJob:
     trigger: Mapping[str, Any] | None = None
     """What started the job besides a request (a schedule and its tick), recorded in
     the creation's history ``data``."""
+    tags: tuple[str, ...] = ()
+    """The job's ``key=value`` tags (atlas_jobs._app.tags), sorted."""
     traceparent: str | None = None
     """The creating request's W3C trace context when tracing is on (``atlas_jobs._app.tracing``),
     recorded in the creation's history ``data``: each attempt's span continues it."""

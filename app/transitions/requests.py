@@ -20,7 +20,13 @@ from atlas_jobs._app.db.moves import (
     Step,
     check_actor,
 )
-from atlas_jobs._app.db.queries import CREATE, CREATE_ADMITTED, CREATE_KEYED, LATE_CANCEL
+from atlas_jobs._app.db.queries import (
+    CREATE,
+    CREATE_ADMITTED,
+    CREATE_KEYED,
+    CREATE_KEYED_TAGGED,
+    LATE_CANCEL,
+)
 from atlas_jobs._app.db.schema import jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import (
@@ -76,7 +82,12 @@ class RequestMoves(Service):
             [owner] = {n.owner for n in batch}  # admission is per owner
             params |= {"admit_owner": owner, "admit_cap": admission_cap}
         creation = CREATE if admission_cap is None else CREATE_ADMITTED
-        statement = creation.shape(one=len(batch) == 1, by_key=actor.key_id is not None)
+        tagged = any(n.tags for n in batch)
+        if not tagged:
+            params.pop("p_tags")
+        statement = creation.shape(
+            one=len(batch) == 1, by_key=actor.key_id is not None, tagged=tagged
+        )
         rows = await conn.execute(statement, params)
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
@@ -104,16 +115,19 @@ class RequestMoves(Service):
             raise ValueError("create_keyed needs new.idempotency_key")
         check_actor(TRANSITIONS[_N.CREATE], actor)
         job_id = new_id()
+        job = _one_job(job_id, new)
+        if not new.tags:
+            job.pop("p_tags")
         row = (
             await conn.execute(
-                CREATE_KEYED,
+                CREATE_KEYED_TAGGED if new.tags else CREATE_KEYED,
                 {
                     "key_scope": f"{new.owner}:{key}",
                     "key": key,
                     "fingerprint": fingerprint,
                     "admit_owner": new.owner,
                     "admit_cap": admission_cap,
-                    **_one_job(job_id, new),
+                    **job,
                     **self._move_params(_N.CREATE, actor, None),
                     "actor_key": actor.key_id,  # CREATE_KEYED always records it
                 },
@@ -157,6 +171,7 @@ class RequestMoves(Service):
             max_attempts=old.max_attempts,
             max_elapsed_seconds=old.max_elapsed_seconds,
             replay_of=old.id,
+            tags=tuple(old.tags),
         )
         [created] = await self.create_many(
             conn, [new], actor=actor, transition=_N.REPLAY, note=note
@@ -327,6 +342,7 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_idempotency_key": new.idempotency_key,
         "p_replay_of": new.replay_of,
         "p_data": _creation_data(new),
+        "p_tags": json.dumps(list(new.tags)) if new.tags else None,
     }
 
 
@@ -347,6 +363,7 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
         "p_replay_of": _optional([n.replay_of for n in batch]),
         "p_data": _optional([_creation_data(n) for n in batch]),
+        "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
     }
 
 

@@ -27,15 +27,15 @@ from atlas_jobs._app.services.feeds import Watcher
 from atlas_jobs._app.services.snapshots import Snapshot
 from atlas_jobs._app.services.views import history_item, settled
 from atlas_jobs._app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
-from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, job_view, render
-from atlas_jobs._app.ui.routes import files_for, parse_job_id, router
+from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, render
+from atlas_jobs._app.ui.routes import parse_job_id, router, view_of
 
 
 def render_panel(state: ApiState, snapshot: Snapshot, viewer: Viewer) -> str:
     assert snapshot.job is not None
     assert snapshot.status is not None
     history = [history_item(row) for row in snapshot.history[-HISTORY_SHOWN:]]
-    view = job_view(snapshot.status, history, files_for(state, snapshot.job, viewer), viewer)
+    view = view_of(state, snapshot.job, snapshot.status, history, viewer)
     return render("panel.html", view=view, viewer=viewer, csrf=viewer.session.csrf_token)
 
 

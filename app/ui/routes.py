@@ -20,7 +20,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from atlas_jobs._app.api.deps import StateDep, request_id
-from atlas_jobs._app.api.errors import problem_of
+from atlas_jobs._app.api.errors import ApiError, problem_of
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.apikeys import authenticate, end_session, open_session
 from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
@@ -30,11 +30,12 @@ from atlas_jobs._app.services.kinds import kinds_view
 from atlas_jobs._app.services.paging import JOB_CURSOR
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.reading import JobFilter, list_jobs
-from atlas_jobs._app.services.refusals import JobNotFound
-from atlas_jobs._app.services.schemas import ResultFile
+from atlas_jobs._app.services.refusals import JobNotFound, Refusal
+from atlas_jobs._app.services.schemas import HistoryItem, JobCreateBase, JobPublic, ResultFile
 from atlas_jobs._app.services.views import (
     effective_delivery,
     result_files,
+    result_publication,
 )
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
@@ -50,6 +51,14 @@ from atlas_jobs._app.ui.auth import (
 )
 from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, JobView, job_view, label_of, render
 from atlas_jobs._app.ui.session import COOKIE_NAME, COOKIE_PATH, new_session
+from atlas_jobs._app.ui.submitting import (
+    FormInputError,
+    input_fields,
+    kind_named,
+    kinds_offered,
+    parse_input,
+    starting_input,
+)
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -280,6 +289,37 @@ def files_for(state: ApiState, job: Any, viewer: Viewer) -> list[ResultFile]:
     return result_files(job, state.signer, viewer.principal.key_id, "")
 
 
+def publication_of(job: Any) -> dict[str, Any] | None:
+    """Where an available result was published (kinds that publish to a destination)."""
+    if effective_delivery(job) != DeliveryState.AVAILABLE:
+        return None
+    found = result_publication(job)
+    return None if found is None else found.model_dump(mode="json")
+
+
+def view_of(
+    state: ApiState,
+    job: Any,
+    status: JobPublic,
+    history: Sequence[HistoryItem],
+    viewer: Viewer,
+    *,
+    notice: str | None = None,
+) -> JobView:
+    """The job page's view of a full job row: its download links and publication, and
+    its input for its owner only (an operator looking at another owner's job does not
+    see it)."""
+    return job_view(
+        status,
+        history,
+        files_for(state, job, viewer),
+        viewer,
+        notice=notice,
+        publication=publication_of(job),
+        job_input=job.input if job.owner == viewer.principal.owner else None,
+    )
+
+
 async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobView:
     try:
         found = await read_job_page(
@@ -291,7 +331,7 @@ async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobVi
         )
     except JobNotFound:
         raise UiNotFoundError() from None
-    return job_view(found.status, found.history, files_for(state, found.job, viewer), viewer)
+    return view_of(state, found.job, found.status, found.history, viewer)
 
 
 @router.get("/jobs/{job_id}", name="ui-job")
@@ -329,13 +369,7 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
     notice = problem_of(found.refused).detail if found.refused is not None else None
     if not is_htmx(request):  # a plain form post: back to the page (post/redirect/get)
         return RedirectResponse(f"/ui/jobs/{job_uuid}", status_code=303)
-    view = job_view(
-        found.status,
-        found.history,
-        files_for(state, found.job, viewer),
-        viewer,
-        notice=notice,
-    )
+    view = view_of(state, found.job, found.status, found.history, viewer, notice=notice)
     return page("panel.html", viewer, view=view)
 
 
@@ -360,3 +394,68 @@ async def queue_page(state: StateDep, viewer: CurrentViewer) -> Response:
         raise UiForbiddenError("The queue view needs the operator role")
     view = await queue_view(state.engine, state.clock)
     return page("queue.html", viewer, queue=view, states=[s.value for s in JobState])
+
+
+# --- submitting a job -----------------------------------------------------------------
+
+
+def _submit_page(
+    viewer: Viewer,
+    kind: str | None,
+    input_text: str | None,
+    *,
+    status_code: int = 200,
+    problem: ApiError | FormInputError | None = None,
+) -> Response:
+    offered = kinds_offered()
+    spec = kind_named(kind) or (offered[0] if offered else None)
+    starting = starting_input(spec) if spec else "{}"
+    issues: list[str] = []
+    title = None
+    if isinstance(problem, ApiError):
+        title = problem.detail
+        for issue in problem.extensions.get("errors") or []:
+            where = ".".join(str(p) for p in issue.get("loc", ()) if p not in {"body"})
+            issues.append(f"{where}: {issue.get('msg')}" if where else str(issue.get("msg")))
+    elif problem is not None:
+        title = str(problem)
+    return page(
+        "submit.html",
+        viewer,
+        status_code=status_code,
+        kinds=offered,
+        spec=spec,
+        fields=input_fields(spec) if spec else [],
+        input_text=starting if input_text is None else input_text,
+        problem_title=title,
+        problem_issues=issues,
+    )
+
+
+@router.get("/submit", name="ui-submit-form")
+async def submit_form(viewer: CurrentViewer, kind: str | None = None) -> Response:
+    """A form for one job of a kind: its input as JSON, the input schema's fields beside it."""
+    return _submit_page(viewer, kind, None)
+
+
+@router.post("/submit", name="ui-submit")
+async def submit(request: Request, state: StateDep, viewer: CurrentViewer) -> Response:
+    """Create the job as ``POST /v1/jobs`` does; a refused input is shown on the form (422
+    with the API's problem: each ``field: message``); created: to the job's page."""
+    check_same_origin(request, state.settings.public_url)
+    form = await read_form(request)
+    check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
+    kind, text = form.get("kind", ""), form.get("input", "")
+    try:
+        raw = parse_input(text)
+    except FormInputError as refused:
+        return _submit_page(viewer, kind, text, status_code=422, problem=refused)
+    body = JobCreateBase.model_construct(kind=kind, input=raw, notify=None)
+    created = await state.creation.create_one(
+        viewer.principal, body, idempotency_key=None, request_id=request_id()
+    )
+    if isinstance(created, Refusal):
+        problem = problem_of(created)
+        return _submit_page(viewer, kind, text, status_code=problem.status, problem=problem)
+    state.metrics.count_created(created.job.kind)
+    return RedirectResponse(f"/ui/jobs/{created.job.id}", status_code=303)

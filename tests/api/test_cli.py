@@ -90,12 +90,14 @@ async def test_keys_create_then_client_verbs_over_http(
 
     listed_jobs = cli("list", env=client_env)
     assert listed_jobs.returncode == 0
-    assert f"{job_id}  atlas.bundle" in listed_jobs.stdout
+    assert f"{job_id}\tatlas.bundle\tsucceeded\tReady — download" in listed_jobs.stdout
     assert "Ready — download" in listed_jobs.stdout
     moves = cli("history", job_id, env=client_env)
     assert moves.returncode == 0
-    assert "∅ → queued" in moves.stdout
+    first = moves.stdout.splitlines()[0].split("\t")
+    assert first[2:] == ["∅ → queued", "create", "new", "client:carol", "", ""]
     assert "publish" in moves.stdout
+    assert "None" not in moves.stdout
     streamed = cli("events", job_id, env=client_env)
     assert streamed.returncode == 0, streamed.stderr
     assert "→ succeeded" in streamed.stdout

@@ -31,7 +31,7 @@ SPEC = REPO / "openapi" / "openapi.json"
 #   so not in the schema).
 # * operator and review actions: their free-text ``note`` is schema-valid with a NUL
 #   character, which PostgreSQL cannot store, so the API refuses it with 422 by design
-#   (README, "Text PostgreSQL cannot store"); the fuzzer reaches it depending on which
+#   (docs/http-api.md, "Text PostgreSQL cannot store"); the fuzzer reaches it depending on which
 #   operations exist (it did once jobs-batch was added), so 422 counts as expected.
 # * jobs-cancel and signals-create: the same for the cancel's ``note`` and a signal's
 #   ``event_id`` and ``data`` (a NUL character; data over 4096 bytes serialized).
@@ -48,6 +48,12 @@ SPEC = REPO / "openapi" / "openapi.json"
 # * schedules-fires: ``before`` matches the RFC 3339 pattern (years 0001-9999, every
 #   one of them served) but may be no calendar date (``2026-02-30``: a pattern cannot
 #   say which day a month lacks): 422 naming query.before.
+# * jobs-list and bulk-operations-create: a time range's end must be after its start
+#   (JSON Schema cannot compare two fields): 422 naming the range's end; a bulk
+#   operation's ``note`` may hold a NUL character (422, as for the operator actions), and a
+#   long ``job_ids`` list may be over ATLAS_MAX_BODY_BYTES (413).
+# * bulk-operations-stream: a running operation's stream stays open until it ends; read
+#   one event and stop.
 # * events-stream: a live job's stream stays open by design; read one event and stop.
 #   The document describes the stream as `text/event-stream` with an untyped schema
 #   (outside the JSON models: generated clients do not parse it as JSON).
@@ -116,6 +122,21 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 
 [[operations]]
 include-operation-id = "events-stream"
+max-stream-events = 1
+
+[[operations]]
+include-operation-id = "jobs-list"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
+
+[[operations]]
+include-operation-id = "bulk-operations-create"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 413, 422]
+checks.negative_data_rejection.expected-statuses = [
+    400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429,
+]
+
+[[operations]]
+include-operation-id = "bulk-operations-stream"
 max-stream-events = 1
 """
 

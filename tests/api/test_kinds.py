@@ -197,6 +197,9 @@ async def test_a_queued_job_no_live_worker_serves_says_so_wherever_its_status_is
     waiting = {
         "reason": "no_worker",
         "kind": "thumbnail.render@2",
+        "by": None,  # the pause's members (reason paused)
+        "at": None,
+        "note": None,
         "message": "no live worker serves thumbnail.render@2",
     }
 

@@ -95,6 +95,12 @@ async def test_docs_pages_need_no_internet(client: httpx.AsyncClient) -> None:
             if source.startswith("/docs-assets/"):
                 assert (await client.get(source)).status_code == 200, source
         assert "cdn" not in html.lower()
+    redoc = (await client.get("/redoc")).text
+    (script,) = re.findall(r'<script src="([^"]+redoc[^"]*)"', redoc)
+    bundle = await client.get(script)
+    assert bundle.status_code == 200
+    assert "https://cdn." not in bundle.text  # its sidebar's logo included
+    assert "validatorUrl" in (await client.get("/docs")).text  # no online validator
 
 
 def _keys(node: Any, path: str = "") -> list[tuple[str, str]]:
@@ -117,3 +123,34 @@ def test_bounds_are_json_schema_keywords_the_server_enforces() -> None:
     assert (change["catch_up_limit"]["minimum"], change["catch_up_limit"]["maximum"]) == (1, 1000)
     grace = change["misfire_grace_seconds"]
     assert (grace["minimum"], grace["maximum"]) == (1, 86_400)
+
+
+def test_every_error_answer_shows_a_fitting_problem_example() -> None:
+    """Each 4xx/5xx answer carries a real instance of what it answers: a problem of its
+    own status whose type the API answers with it (Swagger shows the example instead of
+    inventing `additionalProp1` or the first enum member), extension members included."""
+    known = set(problem_type_uris())
+    seen: dict[tuple[str, str], str] = {}
+    for path, item in DOCUMENT["paths"].items():
+        for method, op in item.items():
+            for code, answer in op["responses"].items():
+                if code[0] not in "45" or (code == "503" and path == "/readyz"):
+                    continue
+                example = answer["content"]["application/problem+json"]["example"]
+                assert example["status"] == int(code), (method, path, code)
+                assert example["type"] in known, (method, path, code)
+                assert "additionalProp1" not in json.dumps(example)
+                seen[(op["operationId"], code)] = example["type"].rsplit(":", 1)[1]
+    assert seen[("jobs-get", "401")] == "unauthorized"
+    assert seen[("jobs-create", "400")] == "malformed-json"
+    assert seen[("jobs-create", "422")] == "invalid-input"
+    assert seen[("results-download", "403")] == "bad-download-signature"
+    assert seen[("jobs-get", "404")] == "job-not-found"
+    assert seen[("schedules-read", "404")] == "schedule-not-found"
+    assert seen[("jobs-cancel", "409")] == "cancel-too-late"
+    create = DOCUMENT["paths"]["/v1/jobs"]["post"]["responses"]
+    issue = create["422"]["content"]["application/problem+json"]["example"]["errors"][0]
+    assert issue["loc"] == ["body", "input", "pages"]
+    cancel = DOCUMENT["paths"]["/v1/jobs/{job_id}/cancel"]["post"]["responses"]
+    conflict = cancel["409"]["content"]["application/problem+json"]["example"]
+    assert (conflict["state"], conflict["delivery"]) == ("succeeded", "available")

@@ -35,3 +35,15 @@ SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
   FROM generate_series(1, :n) AS g
 """)
 """``:n`` failed ``atlas.noop`` jobs, finished 1 to ``:n`` seconds ago: prunable."""
+
+BULK_UNRESOLVED = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds, attempt, charged_attempts, last_error, tags)
+SELECT 'owner-' || (g % 40), :kind, 1, '{}'::jsonb, 'unresolved', 'retries_exhausted', 3,
+       600, 3, 3,
+       '{"code": "destination_down", "message": "timed out", "retryable": true}'::jsonb,
+       ARRAY[CAST(:tag AS text)]
+  FROM generate_series(1, :n) AS g
+""")
+"""``:n`` unresolved jobs of ``:kind`` (version 1) over forty owners, tagged ``:tag``,
+their last error ``destination_down``: what a destination's outage leaves behind."""

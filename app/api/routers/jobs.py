@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -18,18 +19,19 @@ from atlas_jobs._app.api.deps import (
     StateDep,
     api_state,
     bind_job,
+    check_owner_filter,
     request_id,
 )
 from atlas_jobs._app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
 from atlas_jobs._app.api.longpoll import unless_client_leaves
 from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS
 from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
-from atlas_jobs._app.lifecycle import JobState
+from atlas_jobs._app.api.search_schemas import JobListQuery
 from atlas_jobs._app.services import actions
-from atlas_jobs._app.services.access import actor_for, visible_owner
+from atlas_jobs._app.services.access import actor_for, search_scope, visible_owner
 from atlas_jobs._app.services.held_reads import held_status
 from atlas_jobs._app.services.paging import JOB_CURSOR
-from atlas_jobs._app.services.reading import JobFilter, job_history, read_status_unless_current
+from atlas_jobs._app.services.reading import job_history, read_status_unless_current
 from atlas_jobs._app.services.reading import list_jobs as list_job_statuses
 from atlas_jobs._app.services.refusals import Refusal
 from atlas_jobs._app.services.schemas import (
@@ -52,7 +54,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])
 """``/v1/jobs:batch`` has no ``/`` after ``jobs``: it never reaches ``/v1/jobs/{job_id}``."""
 
-MAX_PAGE = 100
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
 _DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
@@ -128,26 +129,23 @@ async def create_many(
     "",
     name="list",
     response_model=JobPage,
-    summary="List the caller's jobs",
-    responses=problems(422),
+    summary="Search jobs",
+    responses=problems(403, 422),
 )
 async def list_jobs(
     api: StateDep,
     principal: CurrentPrincipal,
-    state: Annotated[list[JobState] | None, Query(description="Filter by state.")] = None,
-    kind: Annotated[list[str] | None, Query(description="Filter by kind.", max_length=20)] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=JOB_CURSOR.pattern, description="next_cursor of the last page.")
-    ] = None,
+    query: Annotated[JobListQuery, Query()],
 ) -> JobPage:
-    """Newest first, keyset pagination (stable under concurrent inserts)."""
-    page = JobFilter(
-        owner=principal.owner,
-        states=[s.value for s in state or []],
-        kinds=kind or [],
-        before_seq=JOB_CURSOR.parse(cursor),
-        limit=limit,
+    """Newest first, keyset pagination (stable under concurrent inserts: a page never
+    repeats or skips a job because newer ones arrived). Operators search every owner's
+    jobs (reviewers too with the global review scope); other keys their own. Each filter
+    field may repeat (`state=unresolved&state=failed`); an unknown field, or a range whose
+    end is not after its start, is 422."""
+    scope = search_scope(principal, review_scope=api.settings.review_scope)
+    check_owner_filter(query.owner, scope)
+    page = replace(
+        query.to_filter(scope=scope, limit=query.limit), before_seq=JOB_CURSOR.parse(query.cursor)
     )
     listing = await list_job_statuses(api.reads, page, clock=api.clock)
     return JobPage(items=listing.statuses, next_cursor=listing.next_cursor)

@@ -2019,6 +2019,34 @@ created AS (
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at FROM created;
 
+-- name: create_batch_tagged
+-- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
+WITH input AS (
+    SELECT *
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_tags AS jsonb[]))
+           WITH ORDINALITY
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, tags, ord)
+), 
+created AS (
+    INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
+                      max_elapsed_seconds, created_at, updated_at, available_at,
+                      budget_started_at, request_id, idempotency_key, replay_of, tags)
+    SELECT id, owner, kind, kind_version, input, 'queued', 'new',
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
+           idempotency_key, replay_of, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+      FROM input
+     ORDER BY ord
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             event_id, note, data)
+    SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
+      FROM input AS i
+)
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.tags, created.observed_at FROM created;
+
 -- name: create_admitted_one
 -- create_admitted: create under the owner's admission cap; one job, bound as scalars.
 WITH admission AS (
@@ -2081,6 +2109,39 @@ created AS (
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
+-- name: create_admitted_batch_tagged
+-- create_admitted: create under the owner's admission cap; a batch, bound as arrays, with the jobs' tags.
+WITH admission AS (
+    SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
+           AS unfinished
+), input AS (
+    SELECT *
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_tags AS jsonb[]))
+           WITH ORDINALITY
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, tags, ord)
+     WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
+), 
+created AS (
+    INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
+                      max_elapsed_seconds, created_at, updated_at, available_at,
+                      budget_started_at, request_id, idempotency_key, replay_of, tags)
+    SELECT id, owner, kind, kind_version, input, 'queued', 'new',
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
+           idempotency_key, replay_of, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+      FROM input
+     ORDER BY ord
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             event_id, note, data)
+    SELECT i.id, (now() + make_interval(secs => :clock_offset)), CAST(:transition AS text), NULL, 'queued',
+           'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
+           i.data
+      FROM input AS i
+)
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+  FROM admission LEFT JOIN created ON true;
+
 -- name: create_keyed_one
 -- create_keyed: one job behind its Idempotency-Key's lock, the admission cap and the key row.
 WITH guard AS (
@@ -2134,6 +2195,8 @@ WITH picked AS (
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
@@ -2171,6 +2234,8 @@ WITH picked AS (
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
+       AND NOT EXISTS (SELECT FROM kind_pauses AS p
+                        WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
      ORDER BY available_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED

@@ -1,0 +1,322 @@
+"""Bulk operations over HTTP, run by the runner's ``run_once`` (the worker's part, in
+process): the lifecycle of the resource, its counts and skip reasons, dry runs, the
+history rows it leaves, roles and the kinds of a key's scope, cancel, ``Prefer: wait``
+and the event stream. Real worker processes (a kill -9 halfway, two operations at once)
+are in tests/workers/test_bulk_runner_processes.py."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.transitions import Transitions
+from atlas_jobs._workers.bulk_runner import BulkRunner
+from tests.api.support import Driver, Keys, parse_sse
+
+BUNDLE: dict[str, Any] = {
+    "kind": "atlas.bundle",
+    "input": {"preset": "coast", "pages": ["cover"], "format": "text-bundle-v1"},
+}
+
+
+def runner(engine: AsyncEngine, transitions: Transitions, batch_size: int = 2) -> BulkRunner:
+    return BulkRunner(
+        engine, transitions, worker_id="w-bulk-test", batch_size=batch_size, lease_seconds=30
+    )
+
+
+async def unresolved_jobs(
+    client: httpx.AsyncClient, driver: Driver, auth: dict[str, str], n: int, tag: str
+) -> list[str]:
+    made = []
+    for _ in range(n):
+        job = (await client.post("/v1/jobs", json={**BUNDLE, "tags": [tag]}, headers=auth)).json()
+        await driver.unresolve(uuid.UUID(job["id"]))
+        made.append(job["id"])
+    return made
+
+
+async def start(client: httpx.AsyncClient, auth: dict[str, str], **body: Any) -> httpx.Response:
+    return await client.post("/v1/bulk-operations", json=body, headers=auth)
+
+
+async def test_a_bulk_resume_runs_in_batches_and_names_itself_in_each_history(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    stuck = await unresolved_jobs(client, driver, keys.a, 3, "dest=down")
+    stuck += await unresolved_jobs(client, driver, keys.b, 2, "dest=down")
+    ended = (
+        await client.post("/v1/jobs", json={**BUNDLE, "tags": ["dest=down"]}, headers=keys.a)
+    ).json()
+    await driver.fail(uuid.UUID(ended["id"]))
+    queued = (
+        await client.post(
+            "/v1/jobs",
+            json={"kind": "atlas.noop", "input": {}, "tags": ["dest=down"]},
+            headers=keys.a,
+        )
+    ).json()
+
+    dry = await start(client, keys.op, action="resume", filter={"tag": ["dest=down"]}, dry_run=True)
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["matched"] == 7
+    assert dry.json()["matched_capped"] is False
+    assert len(dry.json()["sample"]) == 7
+    assert dry.json()["sample"][0]["id"] == queued["id"]  # newest first
+
+    accepted = await start(
+        client, keys.op, action="resume", filter={"tag": ["dest=down"]}, note="destination fixed"
+    )
+    assert accepted.status_code == 202, accepted.text
+    op = accepted.json()
+    assert accepted.headers["Location"] == op["links"]["self"] == f"/v1/bulk-operations/{op['id']}"
+    assert op["state"] == "queued"
+    assert op["requested_by"] == "operator:ops"
+    assert op["links"]["jobs"] == "/v1/jobs?tag=dest%3Ddown"
+    # a job created after the operation was accepted is not part of it
+    later = await unresolved_jobs(client, driver, keys.a, 1, "dest=down")
+
+    assert await runner(engine, transitions).run_once() == 4  # 7 jobs, 2 per batch
+    done = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert done["state"] == "succeeded"
+    assert done["counts"] == {
+        "matched": 7,
+        "done": 5,
+        "skipped": 2,
+        "skipped_by_reason": {"already_ended": 1, "not_allowed_in_state:queued": 1},
+    }
+    assert done["started_at"] is not None
+    assert done["finished_at"] is not None
+    assert done["links"]["cancel"] is None
+    for job_id in stuck:
+        status = (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()
+        assert status["state"] == "queued"
+        assert status["reason"] == "resumed"
+        history = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.op)).json()
+        [resumed] = [i for i in history["items"] if i["transition"] == "resume"]
+        assert resumed["actor"] == "operator:ops"
+        assert resumed["note"] == "destination fixed"
+        assert resumed["data"] == {"bulk_operation": op["id"]}
+    assert (await client.get(f"/v1/jobs/{later[0]}", headers=keys.op)).json()[
+        "state"
+    ] == "unresolved"
+    assert await runner(engine, transitions).run_once() == 0  # nothing left to run
+
+
+async def test_an_id_list_counts_missing_ids_and_cancels_what_it_may(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    stuck = await unresolved_jobs(client, driver, keys.a, 1, "t=1")
+    queued = (
+        await client.post("/v1/jobs", json={"kind": "atlas.noop", "input": {}}, headers=keys.b)
+    ).json()
+    canceled = (
+        await client.post("/v1/jobs", json={"kind": "atlas.noop", "input": {}}, headers=keys.a)
+    ).json()
+    await client.post(f"/v1/jobs/{canceled['id']}/cancel", headers=keys.a)
+    ghost = str(uuid.uuid4())
+    op = (
+        await start(
+            client,
+            keys.op,
+            action="cancel",
+            job_ids=[stuck[0], queued["id"], canceled["id"], ghost],
+        )
+    ).json()
+    assert op["job_count"] == 4
+    assert op["filter"] is None
+    await runner(engine, transitions, batch_size=3).run_once()
+    done = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert done["counts"]["done"] == 2
+    assert done["counts"]["skipped_by_reason"] == {"already_ended": 1, "not_found": 1}
+    assert (await client.get(f"/v1/jobs/{stuck[0]}", headers=keys.op)).json()["state"] == "canceled"
+    assert (await client.get(f"/v1/jobs/{queued['id']}", headers=keys.op)).json()[
+        "state"
+    ] == "canceled"
+    # the job that was already canceled got no new history row
+    history = (await client.get(f"/v1/jobs/{canceled['id']}/history", headers=keys.a)).json()
+    assert [i["transition"] for i in history["items"]] == ["create", "request_cancel"]
+
+
+async def test_replay_and_fail_act_once_per_job(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    stuck = await unresolved_jobs(client, driver, keys.a, 2, "r=1")
+    failed = await start(client, keys.op, action="fail", filter={"tag": ["r=1"]})
+    await runner(engine, transitions).run_once()
+    assert (await client.get(failed.json()["links"]["self"], headers=keys.op)).json()["counts"][
+        "done"
+    ] == 2
+    for job_id in stuck:
+        job = (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()
+        assert job["state"] == "failed"
+        assert job["error"]["code"] == "operator_failed"
+
+    first = (await start(client, keys.op, action="replay", filter={"tag": ["r=1"]})).json()
+    await runner(engine, transitions).run_once()
+    second = (await start(client, keys.op, action="replay", job_ids=stuck)).json()
+    await runner(engine, transitions).run_once()
+    one = (await client.get(first["links"]["self"], headers=keys.op)).json()["counts"]
+    two = (await client.get(second["links"]["self"], headers=keys.op)).json()["counts"]
+    assert one["done"] == 2
+    assert one["skipped"] == 0
+    assert two["done"] == 0
+    assert two["skipped_by_reason"] == {"already_replayed": 2}
+    replays = (
+        await client.get("/v1/jobs", params={"tag": "r=1", "state": "queued"}, headers=keys.op)
+    ).json()
+    assert sorted(j["replay_of"] for j in replays["items"]) == sorted(stuck)
+    [new] = [j for j in replays["items"] if j["replay_of"] == stuck[0]]
+    [created] = (await client.get(f"/v1/jobs/{new['id']}/history", headers=keys.op)).json()["items"]
+    assert created["transition"] == "replay"
+    assert created["actor"] == "operator:ops"
+    assert created["data"]["bulk_operation"] == first["id"]
+
+
+async def test_a_filter_matching_nothing_succeeds_with_zero(
+    client: httpx.AsyncClient, keys: Keys, engine: AsyncEngine, transitions: Transitions
+) -> None:
+    op = (await start(client, keys.op, action="resume", filter={"tag": ["no=such"]})).json()
+    await runner(engine, transitions).run_once()
+    done = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert done["state"] == "succeeded"
+    assert done["counts"] == {"matched": 0, "done": 0, "skipped": 0, "skipped_by_reason": {}}
+
+
+async def test_jobs_of_kinds_outside_the_keys_scope_are_skipped_untouched(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    stuck = await unresolved_jobs(client, driver, keys.a, 1, "s=1")
+    queued = (
+        await client.post(
+            "/v1/jobs", json={"kind": "atlas.noop", "input": {}, "tags": ["s=1"]}, headers=keys.a
+        )
+    ).json()
+    async with engine.begin() as conn:
+        scoped = await create_key(conn, owner="ops2", roles=[Role.OPERATOR], kinds=["atlas.noop"])
+    op = (await start(client, Keys.header(scoped), action="cancel", filter={"tag": ["s=1"]})).json()
+    assert op["kinds"] == ["atlas.noop"]
+    await runner(engine, transitions).run_once()
+    done = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert done["counts"]["done"] == 1
+    assert done["counts"]["skipped_by_reason"] == {"outside_scope": 1}
+    assert (await client.get(f"/v1/jobs/{queued['id']}", headers=keys.a)).json()[
+        "state"
+    ] == "canceled"
+    assert (await client.get(f"/v1/jobs/{stuck[0]}", headers=keys.a)).json()[
+        "state"
+    ] == "unresolved"
+    history = (await client.get(f"/v1/jobs/{stuck[0]}/history", headers=keys.a)).json()
+    assert "operator_cancel" not in [i["transition"] for i in history["items"]]
+
+
+async def test_only_operators_and_bad_bodies_are_422(client: httpx.AsyncClient, keys: Keys) -> None:
+    for auth in (keys.rev, keys.a):
+        refused = await start(client, auth, action="cancel", filter={})
+        assert refused.status_code == 403
+        assert (await client.get("/v1/bulk-operations", headers=auth)).status_code == 403
+    for body, loc in (
+        ({"action": "delete", "filter": {}}, ["body", "action"]),
+        ({"action": "cancel"}, ["body"]),
+        ({"action": "cancel", "filter": {}, "job_ids": [str(uuid.uuid4())]}, ["body"]),
+        ({"action": "cancel", "filter": {"colour": "blue"}}, ["body", "filter", "colour"]),
+        (
+            {
+                "action": "cancel",
+                "filter": {
+                    "created_after": "2026-12-02T00:00:00Z",
+                    "created_before": "2026-12-01T00:00:00Z",
+                },
+            },
+            ["body", "filter", "created_before"],
+        ),
+        ({"action": "cancel", "job_ids": ["not-a-uuid"]}, ["body", "job_ids", "0"]),
+    ):
+        response = await client.post("/v1/bulk-operations", json=body, headers=keys.op)
+        assert response.status_code == 422, (body, response.text)
+        assert any(e["loc"][: len(loc)] == loc for e in response.json()["errors"]), response.text
+    missing = await client.get(f"/v1/bulk-operations/{uuid.uuid4()}", headers=keys.op)
+    assert missing.status_code == 404
+    assert missing.json()["type"].endswith("bulk-operation-not-found")
+
+
+async def test_cancel_prefer_wait_and_events(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    await unresolved_jobs(client, driver, keys.a, 1, "c=1")
+    queued = (await start(client, keys.op, action="resume", filter={"tag": ["c=1"]})).json()
+    canceled = await client.post(f"{queued['links']['self']}/cancel", headers=keys.op)
+    assert canceled.status_code == 202
+    assert canceled.json()["state"] == "canceled"
+    assert canceled.json()["counts"]["matched"] == 0
+    again = await client.post(f"{queued['links']['self']}/cancel", headers=keys.op)
+    assert again.status_code == 409
+    assert again.json()["type"].endswith("bulk-operation-ended")
+    assert again.json()["state"] == "canceled"
+    assert await runner(engine, transitions).run_once() == 0  # a canceled one never runs
+
+    op = (await start(client, keys.op, action="resume", filter={"tag": ["c=1"]})).json()
+    held = await client.get(op["links"]["self"], headers={**keys.op, "Prefer": "wait=1"})
+    assert held.json()["state"] == "queued"
+    assert held.headers["Preference-Applied"] == "wait=1"
+    await runner(engine, transitions).run_once()
+    ended = await client.get(op["links"]["self"], headers={**keys.op, "Prefer": "wait=5"})
+    assert ended.json()["state"] == "succeeded"
+    stream = await client.get(op["links"]["events"], headers=keys.op)
+    events = parse_sse(stream.text)
+    progress = [e for e in events if e.get("event") == "progress"]
+    assert progress
+    assert '"succeeded"' in progress[-1]["data"]
+    listed = (await client.get("/v1/bulk-operations", headers=keys.op)).json()
+    assert [o["id"] for o in listed["items"]] == [op["id"], queued["id"]]
+
+
+async def test_a_running_operation_canceled_stops_before_its_next_batch(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    await unresolved_jobs(client, driver, keys.a, 3, "k=1")
+    op = (await start(client, keys.op, action="resume", filter={"tag": ["k=1"]})).json()
+    run = runner(engine, transitions, batch_size=1)
+    async with engine.begin() as conn:
+        claimed = await run.batches.claim(conn)
+    assert claimed is not None
+    async with engine.begin() as conn:
+        await run.batches.run_batch(conn, claimed.id)
+    await client.post(f"{op['links']['self']}/cancel", headers=keys.op)
+    async with engine.begin() as conn:
+        await run.batches.run_batch(conn, claimed.id)
+    ended = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert ended["state"] == "canceled"
+    assert ended["counts"]["done"] == 1
+    async with engine.connect() as conn:
+        unresolved = await conn.scalar(text("SELECT count(*) FROM jobs WHERE state = 'unresolved'"))
+    assert unresolved == 2

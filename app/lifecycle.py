@@ -73,6 +73,7 @@ class Reason(StrEnum):
     ERROR = "error"
     REVIEW_REJECTED = "review_rejected"
     DEADLINE_PASSED = "deadline_passed"
+    START_DEADLINE_PASSED = "start_deadline_passed"
     OPERATOR = "operator"
     CANCELED = "canceled"
 
@@ -102,7 +103,13 @@ STATE_REASONS: Final = MappingProxyType(
         JobState.CANCEL_REQUESTED: frozenset({Reason.CANCEL_REQUESTED}),
         JobState.SUCCEEDED: frozenset({Reason.PUBLISHED}),
         JobState.FAILED: frozenset(
-            {Reason.ERROR, Reason.REVIEW_REJECTED, Reason.DEADLINE_PASSED, Reason.OPERATOR}
+            {
+                Reason.ERROR,
+                Reason.REVIEW_REJECTED,
+                Reason.DEADLINE_PASSED,
+                Reason.START_DEADLINE_PASSED,
+                Reason.OPERATOR,
+            }
         ),
         JobState.CANCELED: frozenset({Reason.CANCELED}),
     }
@@ -147,12 +154,22 @@ class WaitingReason(StrEnum):
     """What holds a ``queued`` job (the status body's ``waiting_for.reason``). Not a
     state nor a reason of one: computed when the status is read, never stored."""
 
+    SCHEDULED = "scheduled"
+    START_DEADLINE_PASSED = "start_deadline_passed"
     NO_WORKER = "no_worker"
     PAUSED = "paused"
 
 
 WAITING_DOCS: Final = MappingProxyType(
     {
+        WaitingReason.SCHEDULED: (
+            "The job was created (or rescheduled) to run at ``run_at``, which is still "
+            "ahead: no worker claims it before then."
+        ),
+        WaitingReason.START_DEADLINE_PASSED: (
+            "No worker claimed the job by its ``start_by``: it will never start, and the "
+            "next maintenance pass ends it (``failed``, reason ``start_deadline_passed``)."
+        ),
         WaitingReason.NO_WORKER: (
             "No live worker process serves the job's kind@version (none registered a "
             "heartbeat within the live window): it stays queued until one does."
@@ -186,6 +203,10 @@ EDGES: Final = frozenset(
         (None, JobState.QUEUED),
         (JobState.QUEUED, JobState.RUNNING),
         (JobState.QUEUED, JobState.CANCELED),
+        # The owner moves or drops a queued job's delay (``reschedule``).
+        (JobState.QUEUED, JobState.QUEUED),
+        # No worker claimed the job by its start deadline (``miss_start``).
+        (JobState.QUEUED, JobState.FAILED),
         (JobState.WAITING, JobState.CANCELED),
         (JobState.RUNNING, JobState.RUNNING),
         (JobState.RUNNING, JobState.WAITING),
@@ -245,6 +266,8 @@ class TransitionName(StrEnum):
     OPERATOR_FAIL = "operator_fail"
     REPLAY = "replay"
     RECORD_OPERATION = "record_operation"
+    RESCHEDULE = "reschedule"
+    MISS_START = "miss_start"
 
 
 class ActorKind(StrEnum):
@@ -277,6 +300,11 @@ class Guard(StrEnum):
     """The wait's deadline passed and its rule is ``fail``."""
     DEADLINE_RULE_ESCALATE = "deadline_rule_escalate"
     """The wait's deadline passed and its rule is ``escalate``."""
+    START_OPEN = "start_open"
+    """The job may still start: it has no start deadline, has started before, or its
+    ``start_by`` is ahead -- and the step's new ``run_at`` is not after ``start_by``."""
+    START_MISSED = "start_missed"
+    """The job never started and its ``start_by`` has passed."""
 
 
 class Effect(StrEnum):
@@ -311,6 +339,9 @@ class Effect(StrEnum):
     """``plan_revision`` increments; ``current_stage = stage``."""
     EXTEND_LEASE = "extend_lease"
     """The lease runs until ``now + lease`` (job and attempt rows)."""
+    RUN_AT = "run_at"
+    """``run_at = at`` (``NULL``: no delay), claimable from ``greatest(now, at)``; a job
+    that never started gets its elapsed-time budget from then on."""
     OPEN_ATTEMPT = "open_attempt"
     """A new attempt: its id (the fencing token), its number, charged against the
     budget, held by the claiming worker (``:worker_id``), and its ``attempts`` row."""
@@ -719,6 +750,23 @@ TRANSITIONS: Final = MappingProxyType(
                 {None: JobState.QUEUED},
                 "An operator re-runs a terminal job as a new job.",
                 actors=(ActorKind.OPERATOR,),
+            ),
+            _declare(
+                TransitionName.RESCHEDULE,
+                {JobState.QUEUED: JobState.QUEUED},
+                "The owner moves or drops a queued job's delay (``run_at``).",
+                guard=Guard.START_OPEN,
+                effects=(Effect.RUN_AT,),
+                actors=(ActorKind.CLIENT, ActorKind.OPERATOR),
+            ),
+            _declare(
+                TransitionName.MISS_START,
+                {JobState.QUEUED: JobState.FAILED},
+                "No worker claimed the job by its start deadline (``start_by``).",
+                reasons={JobState.FAILED: Reason.START_DEADLINE_PASSED},
+                guard=Guard.START_MISSED,
+                effects=(Effect.ERROR,),
+                actors=(ActorKind.SYSTEM,),
             ),
             _declare(
                 TransitionName.RECORD_OPERATION,

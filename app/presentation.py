@@ -93,7 +93,7 @@ def result_expired(status: Mapping[str, Any], now: datetime) -> bool:
     return expires_at is not None and now >= expires_at
 
 
-def _queued_label(status: Mapping[str, Any]) -> str:
+def _queued_label(status: Mapping[str, Any], now: datetime) -> str:
     reason = status.get("reason")
     if reason == "retry":
         cause = _message(status.get("last_error"), "")
@@ -108,8 +108,16 @@ def _queued_label(status: Mapping[str, Any]) -> str:
         "event_received": "Queued; the awaited event arrived",
     }
     label = labels.get(str(reason), "Queued")
-    holding = _waiting_phrase(status.get("waiting_for"))
+    holding = _waiting_phrase(status.get("waiting_for"), now)
     return f"{label} — {holding}" if holding else label
+
+
+def _moment(at: datetime, now: datetime) -> str:
+    """A UTC time of day, with its date unless it is today's: "09:00 UTC"."""
+    at = at.astimezone(UTC)
+    return (
+        f"{at:%H:%M} UTC" if at.date() == now.astimezone(UTC).date() else f"{at:%Y-%m-%d %H:%M} UTC"
+    )
 
 
 def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
@@ -121,13 +129,22 @@ def paused_phrase(by: str, at: datetime | str | None, note: str | None) -> str:
     return f"{phrase}: {note}" if note else phrase
 
 
-def _waiting_phrase(waiting: Any) -> str | None:
-    """What holds a queued job (``waiting_for``), as words: "no worker serves
-    thumbnail.render@2", "paused by operator:ops at ...: note"; for a reason this client
-    does not know, the server's message."""
+def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
+    """What holds a queued job (``waiting_for``), as words: "scheduled for 09:00 UTC",
+    "no worker serves thumbnail.render@2", "paused by operator:ops at ...: note"; for a
+    reason this client does not know, the server's message. A ``run_at`` that passed
+    since the read holds nothing."""
     if not isinstance(waiting, Mapping):
         return None
-    if waiting.get("reason") == "no_worker":
+    reason = waiting.get("reason")
+    if reason == "scheduled":
+        run_at = _timestamp(waiting.get("run_at"))
+        if run_at is None:
+            return "scheduled"
+        return None if run_at <= now else f"scheduled for {_moment(run_at, now)}"
+    if reason == "start_deadline_passed":
+        return "not started by its start deadline; it will not run"
+    if reason == "no_worker":
         return f"no worker serves {waiting.get('kind')}"
     if waiting.get("reason") == "paused":
         return paused_phrase(str(waiting.get("by")), waiting.get("at"), waiting.get("note"))
@@ -199,7 +216,7 @@ def present(
     reason = status.get("reason")
     delivery = (status.get("delivery") or {}).get("state")
     if state == "queued":
-        return Presentation(_queued_label(status), False)
+        return Presentation(_queued_label(status, now or datetime.now(UTC)), False)
     if state == "running":
         return Presentation(_stage_label(status.get("progress") or {}), False)
     if state == "waiting":

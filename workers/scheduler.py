@@ -26,7 +26,7 @@ tick, as ``POST /v1/jobs`` refused with 429 creates nothing.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -243,7 +243,15 @@ def _new_job(row: Any, tick: datetime) -> NewJob:
         max_attempts=spec.max_attempts,
         max_elapsed_seconds=spec.max_elapsed_seconds,
         trigger={"schedule_id": str(row.id), "tick": tick.isoformat()},
+        run_at=_after(tick, row.job_delay_seconds),
+        start_by=_after(tick, row.job_start_within_seconds),
     )
+
+
+def _after(tick: datetime, seconds: int | None) -> datetime | None:
+    """A moment relative to the tick (not to when the scheduler got to it: a caught-up
+    tick's job keeps the deadline its tick gave it)."""
+    return None if seconds is None else tick + timedelta(seconds=seconds)
 
 
 def _advance(

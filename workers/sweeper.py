@@ -7,6 +7,10 @@
   never a broken link.
 * Waiting jobs whose deadline passed get their rule applied: ``fail`` or ``escalate``
   (to ``unresolved``, for an operator).
+* Queued jobs never claimed by their start deadline (``start_by``) end ``failed``,
+  reason ``start_deadline_passed`` (``miss_start``). No claim could take them after the
+  deadline anyway (the claim's own predicate): this pass only makes the ending visible,
+  recorded and notified.
 * Private staging areas of finished jobs (``blocked`` outputs of failed or canceled
   jobs, leftovers of a stale attempt) are removed. The staging directory listing is
   bounded by the jobs in progress, so no extra bookkeeping column is needed.
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db import reads, workers
-from atlas_jobs._app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS
+from atlas_jobs._app.db.queries import EXPIRED_RESULTS, EXPIRED_WAITS, MISSED_STARTS
 from atlas_jobs._app.lifecycle import TERMINAL_STATES, DeliveryState
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.storage import ResultStore
@@ -53,6 +57,7 @@ class SweepReport:
     reindexed: int = 0
     vacuumed: int = 0
     forgotten_workers: int = 0
+    missed_starts: int = 0
 
 
 class Sweeper:
@@ -94,6 +99,12 @@ class Sweeper:
             deadlines += passed
             if seen < self.batch_size:
                 break
+        missed = 0
+        while True:
+            ended, seen = await self._missed_start_batch()
+            missed += ended
+            if seen < self.batch_size:
+                break
         await self._remove_unreferenced_published()  # a crash after expiry
         cleaned = await self._clean_staging()
         pruned = (await self.pruner.run_once()).pruned if self.pruner else 0
@@ -108,6 +119,7 @@ class Sweeper:
             reindexed=reindexed,
             vacuumed=vacuumed,
             forgotten_workers=forgotten,
+            missed_starts=missed,
         )
 
     async def _forget_dead_workers(self) -> int:
@@ -135,6 +147,19 @@ class Sweeper:
                 passed += 1
                 log.info("wait.deadline_passed", job_id=str(row.id), to=outcome.to_state)
         return passed, len(rows)
+
+    async def _missed_start_batch(self) -> tuple[int, int]:
+        t = self.transitions
+        async with self.engine.begin() as conn:
+            rows = (
+                await conn.execute(MISSED_STARTS, {"limit": self.batch_size, **t.clock.bind()})
+            ).all()
+            results = await t.miss_starts(conn, [row.id for row in rows])
+        ended = sum(1 for outcome in results if isinstance(outcome, Applied))
+        for row, outcome in zip(rows, results, strict=True):
+            if isinstance(outcome, Applied):
+                log.info("job.start_deadline_passed", job_id=str(row.id))
+        return ended, len(rows)
 
     async def _expire_batch(self) -> tuple[int, int]:
         t = self.transitions

@@ -17,8 +17,8 @@ from atlas_jobs._app.services.reading import public_status
 from atlas_jobs._app.services.refusals import MoveRefused
 from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import (
+    due_at,
     etag,
-    next_attempt_at,
     retry_after_seconds,
     waiting_for,
     waiting_tag,
@@ -39,7 +39,7 @@ def status_headers(
     state = JobState(job.state)
     if not is_terminal(state):
         now = now or getattr(job, "observed_at", None) or datetime.now(UTC)
-        found["Retry-After"] = str(retry_after_seconds(state, next_attempt_at(job), now))
+        found["Retry-After"] = str(retry_after_seconds(state, due_at(job), now))
     return found
 
 

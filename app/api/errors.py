@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from atlas_jobs._app.api.paths import allowed_methods
 from atlas_jobs._app.db.outages import database_unavailable
 from atlas_jobs._app.kinds import KINDS
-from atlas_jobs._app.lifecycle import TERMINAL_STATES, Reason, TransitionName
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName
 from atlas_jobs._app.services import refusals
 from atlas_jobs._app.services.refusals import clean_validation_errors
 from atlas_jobs._app.services.schemas import ReviewDecision
@@ -357,6 +357,15 @@ def move_problem(refused: refusals.MoveRefused) -> ApiError:
             if name == TransitionName.APPROVE
             else ReviewDecision.APPROVE,
             **facts,
+        )
+    if name == TransitionName.RESCHEDULE and refused.current == JobState.QUEUED:
+        return JobStateConflictError(
+            "The job's start deadline passed: it will not start, so it cannot be rescheduled",
+            **facts,
+        )
+    if name == TransitionName.RESCHEDULE:
+        return JobStateConflictError(
+            f"Only a queued job can be rescheduled; the job is {public.state.value}", **facts
         )
     if name == TransitionName.RECEIVE_EVENT:
         return NotAwaitingSignalError(

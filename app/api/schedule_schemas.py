@@ -128,6 +128,14 @@ class ScheduledJob(BaseModel):
     notify: uuid.UUID | None = Field(
         default=None, description="The webhook endpoint each created job notifies."
     )
+    delay_seconds: int | None = Field(
+        default=None, description="Each job is not started before its tick plus this."
+    )
+    start_within_seconds: int | None = Field(
+        default=None,
+        description="Each job fails (`start_deadline_passed`) unless a worker claims it by "
+        "its tick plus this.",
+    )
 
 
 class SchedulePublic(BaseModel):

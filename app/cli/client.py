@@ -120,6 +120,18 @@ def submit(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Jobs per batch request with --from-file.")
     ] = 100,
+    run_at: Annotated[
+        str | None, typer.Option(help="Not before this instant (RFC 3339, e.g. 2026-12-02T09:00Z).")
+    ] = None,
+    delay: Annotated[
+        int | None, typer.Option(min=0, help="Not before this many seconds from now.")
+    ] = None,
+    start_by: Annotated[
+        str | None, typer.Option(help="Fail unless a worker starts it by this instant.")
+    ] = None,
+    start_within: Annotated[
+        int | None, typer.Option(min=1, help="Fail unless a worker starts it within N s.")
+    ] = None,
     tag: Annotated[
         list[str] | None,
         typer.Option("--tag", help="A key=value tag to find the job by (repeatable; not secret)."),
@@ -159,8 +171,23 @@ def submit(
         _say("--input must be a JSON object")
         raise typer.Exit(EXIT_USAGE)
     with _connected(url, api_key) as client:
+        timing = {
+            name: value
+            for name, value in (
+                ("run_at", run_at),
+                ("delay_seconds", delay),
+                ("start_by", start_by),
+                ("start_within_seconds", start_within),
+            )
+            if value is not None
+        }
         created = client.submit(
-            kind, job_input, idempotency_key=idempotency_key, notify=notify, tags=tag or ()
+            kind,
+            job_input,
+            idempotency_key=idempotency_key,
+            notify=notify,
+            tags=tag or (),
+            timing=timing,
         )
     if as_json:
         _print_json(created)
@@ -489,6 +516,28 @@ def cancel(job_id: JobId, url: UrlOption = DEFAULT_URL, api_key: KeyOption = Non
     typer.echo(answer["state"])
 
 
+def reschedule(
+    job_id: JobId,
+    run_at: Annotated[str | None, typer.Option(help="Not before this instant (RFC 3339).")] = None,
+    delay: Annotated[
+        int | None, typer.Option(min=0, help="Not before this many seconds from now.")
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    api_key: KeyOption = None,
+) -> None:
+    """Move a queued job's delay (--run-at or --delay), or drop it (neither); prints the
+    new label."""
+    with _connected(url, api_key) as client:
+        try:
+            answer = client.reschedule(job_id, run_at=run_at, delay_seconds=delay)
+        except RefusedError as refused:
+            if refused.status_code != 409:
+                raise
+            _say(f"not rescheduled: {refused.problem.get('detail')}")
+            raise typer.Exit(1) from None
+    typer.echo(present_status(answer).label)
+
+
 def result(
     job_id: JobId,
     output: Annotated[
@@ -552,6 +601,7 @@ VERBS: dict[str, Callable[..., None]] = {
     "history": history,
     "events": events,
     "cancel": cancel,
+    "reschedule": reschedule,
     "result": result,
     "kinds": kinds,
 }

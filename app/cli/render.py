@@ -61,12 +61,26 @@ def facts(
             lines.append(f"{name.replace('_', ' '):<9} {error.get('code')}: {error.get('message')}")
     if status.get("next_attempt_at"):
         lines.append(f"next try  {status['next_attempt_at']}")
+    lines += timing_lines(status)
     if shown.show_result_link:
         lines.append(f"result    {result_hint(job_id)}")
     elif result is not None:
         lines.append(f"result    {result_summary(result)}")
     lines.append(f"updated   {status.get('updated_at')} (created {status.get('created_at')})")
     return lines
+
+
+def timing_lines(status: Mapping[str, Any]) -> list[str]:
+    """When the job may start (``run_at``) and its start deadline (``start_by``), while
+    they still matter: before its first start."""
+    if status.get("state") != "queued" or status.get("attempt"):
+        return []
+    found = []
+    if status.get("run_at"):
+        found.append(f"run at    {status['run_at']}")
+    if status.get("start_by"):
+        found.append(f"start by  {status['start_by']}")
+    return found
 
 
 def result_summary(result: Mapping[str, Any]) -> str:
@@ -119,6 +133,7 @@ def watch_panel(observer: Observer, job_id: str) -> RenderableType:
                 table.add_row(*row)
             parts.append(table)
         parts.append(Text(f"delivery: {delivery_text(status)}"))
+        parts += [Text(line) for line in timing_lines(status)]
         if shown.show_result_link:
             parts.append(Text(f"result: {result_hint(job_id)}"))
     return Group(*parts)

@@ -195,12 +195,15 @@ class JobsClient:
         idempotency_key: str | None = None,
         notify: str | None = None,
         attempts: int = SUBMIT_ATTEMPTS,
+        timing: Mapping[str, Any] | None = None,
         tags: Sequence[str] = (),
     ) -> dict[str, Any]:
         """Create a job (``202``); every retry sends the same ``Idempotency-Key``.
-        ``notify``: one of the owner's webhook endpoints, called when the job ends."""
+        ``notify``: one of the owner's webhook endpoints, called when the job ends.
+        ``timing``: any of ``run_at``, ``delay_seconds``, ``start_by``,
+        ``start_within_seconds``."""
         key = idempotency_key or f"cli-{uuid.uuid4()}"
-        payload: dict[str, Any] = {"kind": kind, "input": dict(job_input)}
+        payload: dict[str, Any] = {"kind": kind, "input": dict(job_input), **(timing or {})}
         if tags:
             payload["tags"] = list(tags)
         if notify is not None:
@@ -338,6 +341,22 @@ class JobsClient:
             self._send("POST", f"/v1/jobs/{job_id}/cancel"), frozenset({202}), job_id
         ).json()
         return body
+
+    def reschedule(
+        self, job_id: str, *, run_at: str | None = None, delay_seconds: int | None = None
+    ) -> dict[str, Any]:
+        """Move a queued job's not-before (``run_at`` or ``delay_seconds`` from now), or
+        drop it (neither): the status, or :class:`RefusedError` (409: no longer queued,
+        or its start deadline passed; 422: a bad time)."""
+        body: dict[str, Any] = {} if run_at is None else {"run_at": run_at}
+        if delay_seconds is not None:
+            body["delay_seconds"] = delay_seconds
+        answer: dict[str, Any] = self._check(
+            self._send("POST", f"/v1/jobs/{job_id}/reschedule", json=body),
+            frozenset({200}),
+            job_id,
+        ).json()
+        return answer
 
     def result(self, job_id: str) -> dict[str, Any]:
         """The result reference (files with signed URLs and sha256) once available."""

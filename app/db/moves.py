@@ -30,6 +30,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -147,6 +148,8 @@ class Step:
     """Recorded in the history row."""
     note: str | None = None
     event_id: str | None = None
+    at: datetime | None = None
+    """A moment the move sets (a reschedule's new ``run_at``; ``None``: no delay)."""
 
 
 # -- the statement --------------------------------------------------------------------
@@ -164,7 +167,11 @@ _INPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("data", "jsonb"),
     ("note", "text"),
     ("event_id", "text"),
+    ("at", "timestamptz"),
 )
+
+_STEP_AT = f"COALESCE(i.at, {NOW} + make_interval(secs => i.seconds))"
+"""A step's moment: ``at``, or ``seconds`` from now (NULL: neither)."""
 
 _GUARDS: dict[Guard, tuple[str, str]] = {
     # guard: (the SQL condition on j, the column of the refusal read that tells it)
@@ -185,7 +192,16 @@ _GUARDS: dict[Guard, tuple[str, str]] = {
         f"j.wait_deadline_at <= {NOW} AND j.wait_on_deadline = 'escalate'",
         "deadline_escalate",
     ),
+    # The refusal read has no step: it tells whether the deadline still lets the job
+    # start; a refusal with it open is a new run_at after start_by (the caller's 422).
+    Guard.START_OPEN: (
+        f"(j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > {NOW}"
+        f" AND ({_STEP_AT} IS NULL OR {_STEP_AT} < j.start_by)))",
+        "start_open",
+    ),
+    Guard.START_MISSED: (f"j.attempt = 0 AND j.start_by <= {NOW}", "start_missed"),
 }
+_START_OPEN_NOW = f"(j.start_by IS NULL OR j.attempt > 0 OR j.start_by > {NOW})"
 
 _FENCE = f"j.current_attempt_id = i.attempt_id AND j.lease_expires_at > {NOW}"
 _OWNER = "(CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))"
@@ -200,7 +216,9 @@ SELECT j.*,
            AS deadline_passed,
        ({_GUARDS[Guard.LEASE_EXPIRED][0]}) IS TRUE AS lease_expired,
        ({_GUARDS[Guard.DEADLINE_RULE_FAIL][0]}) IS TRUE AS deadline_fail,
-       ({_GUARDS[Guard.DEADLINE_RULE_ESCALATE][0]}) IS TRUE AS deadline_escalate
+       ({_GUARDS[Guard.DEADLINE_RULE_ESCALATE][0]}) IS TRUE AS deadline_escalate,
+       {_START_OPEN_NOW} IS TRUE AS start_open,
+       ({_GUARDS[Guard.START_MISSED][0]}) IS TRUE AS start_missed
   FROM jobs AS j
  WHERE j.id = ANY(CAST(:job_ids AS uuid[]))
 """)
@@ -297,6 +315,11 @@ _EFFECTS: dict[Effect, str] = {
     ),
     Effect.EXTEND_LEASE: (
         f"lease_expires_at = {NOW} + make_interval(secs => :lease_seconds), heartbeat_at = {NOW}"
+    ),
+    Effect.RUN_AT: (
+        f"run_at = CASE WHEN {_STEP_AT} IS NOT NULL THEN greatest({_STEP_AT}, {NOW}) END, "
+        f"available_at = greatest({_STEP_AT}, {NOW}), budget_started_at = CASE "
+        f"WHEN j.attempt = 0 THEN greatest({_STEP_AT}, {NOW}) ELSE j.budget_started_at END"
     ),
     Effect.OPEN_ATTEMPT: (
         "attempt = j.attempt + 1, charged_attempts = j.charged_attempts + 1, "
@@ -473,6 +496,7 @@ def _params(steps: Sequence[Step]) -> dict[str, list[Any]]:
         "p_data": _jsons([s.data for s in steps]),
         "p_note": [s.note for s in steps],
         "p_event_id": [s.event_id for s in steps],
+        "p_at": [s.at for s in steps],
     }
 
 

@@ -62,6 +62,10 @@ _CREATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("idempotency_key", "text"),
     ("replay_of", "uuid"),
     ("data", "jsonb"),
+    ("run_at", "timestamptz"),
+    ("run_after", "float8"),
+    ("start_by", "timestamptz"),
+    ("start_within", "float8"),
 )
 # A job's tags travel as one JSON array per job (a batch's arrays of arrays would be
 # flattened by unnest). Only the ``tagged`` shapes bind, write and answer them: a
@@ -97,16 +101,30 @@ def _creation_writes(*, one: bool, by_key: bool = True, tagged: bool = False) ->
     key_column, key_value = (
         (", key_id", ",\n           CAST(:actor_key AS uuid)") if by_key else ("", "")
     )
+    # when: the job's not-before (run_at, or now + run_after seconds; one in the past is
+    # now; NULL: no delay) and start deadline (start_by, or now + start_within). The job
+    # is claimable from its not-before, and its elapsed-time budget starts then.
     tag_column, tag_value = (", tags", f", {_TAGS}") if tagged else ("", "")
     return f"""
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of{tag_column})
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by{tag_column})
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
-           max_attempts, max_elapsed_seconds, {_NOW}, {_NOW}, {_NOW}, {_NOW}, request_id,
-           idempotency_key, replay_of{tag_value}
-      FROM input{in_order}
+           max_attempts, max_elapsed_seconds, {_NOW}, {_NOW},
+           COALESCE(when_.not_before, {_NOW}), COALESCE(when_.not_before, {_NOW}),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by{tag_value}
+      FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, {_NOW}
+                                                  + make_interval(secs => input.run_after)),
+                                         {_NOW})
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               {_NOW} + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_{in_order}
  RETURNING {_returned(tagged)}, {_NOW} AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
@@ -309,6 +327,8 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 # * ORDER BY (available_at, seq) walks ix_jobs_claimable (partial: state = 'queued') in
 #   index order, so the scan stops after LIMIT matching rows whatever the table size.
 # * The handler filter keeps a job that no running worker can handle visibly queued.
+# * A job never started past its start deadline (start_by) is never claimed: the
+#   database clock decides, whenever the sweeper gets to end it (miss_start).
 # * A paused kind (kind_pauses: every version, 0, or one) is skipped here, in the claim
 #   itself, so no process claims it once the pause has committed, whatever its cache.
 #   The table has a few rows: an anti-join hashed once per claim statement.
@@ -317,6 +337,7 @@ CLAIM_SELECTION = f"""
       FROM jobs
      WHERE state = '{JobState.QUEUED}'
        AND available_at <= {_NOW}
+       AND (start_by IS NULL OR start_by > {_NOW} OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
                         WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
@@ -476,6 +497,20 @@ SELECT id, wait_on_deadline
  WHERE state = '{JobState.WAITING.value}'
    AND wait_deadline_at <= {_NOW}
  ORDER BY wait_deadline_at
+ LIMIT :limit
+   FOR UPDATE SKIP LOCKED
+""")
+
+# missed_starts: queued jobs never claimed by their start deadline, locked in a bounded
+# batch for the sweeper (miss_start), on ix_jobs_start_by.
+MISSED_STARTS = text(f"""
+SELECT id
+  FROM jobs
+ WHERE state = '{JobState.QUEUED.value}'
+   AND attempt = 0
+   AND start_by IS NOT NULL
+   AND start_by <= {_NOW}
+ ORDER BY start_by
  LIMIT :limit
    FOR UPDATE SKIP LOCKED
 """)

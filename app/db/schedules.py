@@ -39,6 +39,10 @@ class ScheduleSpec:
     notify: uuid.UUID | None = None
     """A webhook endpoint of the owner that every created job notifies."""
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    delay_seconds: int | None = None
+    """Each tick's job is not claimed before the tick plus this."""
+    start_within_seconds: int | None = None
+    """Each tick's job fails unless claimed by the tick plus this."""
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -88,6 +92,8 @@ async def insert(
             kind_version=spec.kind_version,
             input=dict(spec.input),
             notify_webhook_id=spec.notify,
+            job_delay_seconds=spec.delay_seconds,
+            job_start_within_seconds=spec.start_within_seconds,
             overlap=spec.overlap.value,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,

@@ -136,6 +136,12 @@ jobs = Table(
     Column("replay_of", UUID(as_uuid=True), ForeignKey("jobs.id")),
     Column("request_id", Text),
     Column("idempotency_key", Text),
+    # Not before (the owner's delay; NULL: none) and start deadline (NULL: none). The
+    # claim reads available_at, which a creation or reschedule sets from run_at; run_at
+    # keeps what the owner asked for, whatever a retry's backoff later does to
+    # available_at.
+    Column("run_at", TZ),
+    Column("start_by", TZ),
     # ``key=value`` labels given at creation (atlas_jobs._app.tags), never confidential;
     # set once, never updated.
     Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
@@ -179,6 +185,8 @@ JOB_STATUS_COLUMNS = tuple(
         "delivery_state",
         "delivery_expires_at",
         "replay_of",
+        "run_at",
+        "start_by",
         "tags",
     )
 )
@@ -255,6 +263,17 @@ Index(
     jobs.c.finished_at,
     postgresql_where=and_(
         jobs.c.finished_at.is_not(None), jobs.c.delivery_state != DeliveryState.AVAILABLE.value
+    ),
+)
+# The sweeper finds queued jobs that were never claimed by their start deadline. Only
+# jobs with a deadline that never started are in it: the rest pay nothing on updates.
+Index(
+    "ix_jobs_start_by",
+    jobs.c.start_by,
+    postgresql_where=and_(
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.attempt == 0,
+        jobs.c.start_by.is_not(None),
     ),
 )
 # Partial: only replays are indexed, so ordinary jobs pay nothing for it on updates.
@@ -485,6 +504,10 @@ schedules = Table(
     Column("kind_version", Integer, nullable=False),
     Column("input", JSONB, nullable=False),
     Column("notify_webhook_id", UUID(as_uuid=True), ForeignKey("webhooks.id", ondelete="SET NULL")),
+    # Each tick's job: not before tick + delay, start deadline tick + start_within
+    # (revision 5c1d2e3f4a6b); NULL: none.
+    Column("job_delay_seconds", Integer),
+    Column("job_start_within_seconds", Integer),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),

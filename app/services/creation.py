@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app import tracing
 from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import queries, reads, webhooks
 from atlas_jobs._app.db.engine import AutocommitConnections
 from atlas_jobs._app.kinds import KINDS, KindSpec
@@ -64,6 +65,7 @@ from atlas_jobs._app.services.refusals import (
     clean_validation_errors,
 )
 from atlas_jobs._app.services.schemas import JobCreateBase, JobPublic
+from atlas_jobs._app.services.timing import Timing, timing
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.tags import first_repeat
 from atlas_jobs._app.tags import normalized as normalized_tags
@@ -183,7 +185,10 @@ class JobCreation:
         """Create (or find, by key) every requested job, in request order, committed
         before this returns; or the one refusal, with nothing created."""
         try:
-            prepared = [_prepare(request, principal.owner, request_id) for request in requests]
+            clock = self.transitions.clock
+            prepared = [
+                _prepare(request, principal.owner, request_id, clock) for request in requests
+            ]
             _reject_repeated_keys(prepared)
             plan = _plan(prepared, self.settings)
             connections = self.engine if plan is _Plan.TRANSACTION else self.autocommit
@@ -316,14 +321,17 @@ def fingerprint(
     normalized_input: dict[str, Any],
     notify: uuid.UUID | None = None,
     tags: Sequence[str] = (),
+    when: Timing | None = None,
 ) -> str:
     """SHA-256 of the canonical JSON of what the job would do (kind + normalized input,
-    whom it notifies when it does, and its tags, sorted)."""
+    whom it notifies when it does, its tags, sorted, and when it may start)."""
     document: dict[str, Any] = {"kind": kind, "input": normalized_input}
     if notify is not None:
         document["notify"] = str(notify)
     if tags:
         document["tags"] = list(tags)
+    if when is not None:
+        document |= when.fingerprinted()
     canonical = json.dumps(
         document,
         sort_keys=True,
@@ -350,9 +358,12 @@ def checked_tags(body: JobCreateBase, loc: tuple[str | int, ...] = ("body",)) ->
     return normalized_tags(body.tags)
 
 
-def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _Prepared:
+def _prepare(
+    request: CreationRequest, owner: str, request_id: str | None, clock: Clock
+) -> _Prepared:
     spec, normalized = validated_input(request.body, request.loc)
     tags = checked_tags(request.body, request.loc)
+    when = timing(request.body, request.loc, clock)
     new = NewJob(
         owner=owner,
         kind=spec.name,
@@ -364,11 +375,15 @@ def _prepare(request: CreationRequest, owner: str, request_id: str | None) -> _P
         idempotency_key=request.idempotency_key,
         tags=tags,
         traceparent=tracing.current_traceparent(),
+        run_at=when.run_at,
+        run_after=when.run_after,
+        start_by=when.start_by,
+        start_within=when.start_within,
     )
     digest = (
         None
         if request.idempotency_key is None
-        else fingerprint(spec.name, normalized, request.body.notify, tags)
+        else fingerprint(spec.name, normalized, request.body.notify, tags, when)
     )
     return _Prepared(request, new, digest)
 

@@ -65,7 +65,9 @@ async def held_status(
         # Hold while the client's copy is current (If-None-Match), or -- without a
         # validator -- until the next change of a job that can still change.
         baseline = job.version
-        holding = etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))) or (
+        assert snapshot is not None  # a visible job has a snapshot
+        current = waiting_tag(waiting_for(job, snapshot.observed_now()))
+        holding = etag_matches(if_none_match, job.version, current) or (
             not if_none_match and not is_terminal(JobState(job.state))
         )
         deadline = time.monotonic() + wait
@@ -80,5 +82,6 @@ async def held_status(
         assert snapshot.status is not None  # a visible job has its status body
         # The snapshot's body was built at its read; what holds a queued job is as of now
         # (the same answer a plain read gives, and its ETag).
-        status = with_current_waiting(snapshot.status, job)
-        return Held(job, status, snapshot.observed_now())
+        now = snapshot.observed_now()
+        status = with_current_waiting(snapshot.status, job, now)
+        return Held(job, status, now)

@@ -14,7 +14,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+)
 
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.lifecycle import (
@@ -34,6 +42,21 @@ class StrictModel(BaseModel):
 # -- requests -----------------------------------------------------------------------
 
 
+MAX_AHEAD_SECONDS = 365 * 24 * 3600
+"""How far ahead a job's ``run_at`` or ``start_by`` may lie: one year (365 days)."""
+
+
+def _rfc3339(value: Any) -> Any:
+    """An instant is an RFC 3339 string (a datetime from Python callers), never a number
+    of seconds: pydantic would read ``1733130000`` as one."""
+    if isinstance(value, str | datetime) or value is None:
+        return value
+    raise ValueError("expected an RFC 3339 date-time string")
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+
+
 class JobCreateBase(StrictModel):
     """``POST /v1/jobs``: what to run. One variant per registered kind (``kind`` is the
     discriminator), so the schema -- and a generated SDK -- knows each kind's input."""
@@ -47,6 +70,37 @@ class JobCreateBase(StrictModel):
             "when the job ends (succeeded, failed, canceled), becomes unresolved, or its "
             "result expires."
         ),
+    )
+    run_at: Instant | None = Field(
+        default=None,
+        description="Not before this instant (RFC 3339 with an offset). One in the past "
+        "means now; at most one year ahead. Not with `delay_seconds`; not on a schedule's "
+        "job.",
+        examples=["2026-12-02T09:00:00Z"],
+    )
+    delay_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_AHEAD_SECONDS,
+        description="Not before this many seconds after the creation (a schedule's job: "
+        "after its tick; at most one year). Not with `run_at`.",
+        examples=[600],
+    )
+    start_by: Instant | None = Field(
+        default=None,
+        description="The start deadline: a job no worker claimed by then never starts and "
+        "ends `failed` with reason `start_deadline_passed`. Ahead of now, after the job's "
+        "not-before, at most one year ahead. Not with `start_within_seconds`; not on a "
+        "schedule's job.",
+        examples=["2026-12-02T10:00:00Z"],
+    )
+    start_within_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_AHEAD_SECONDS,
+        description="The start deadline as seconds after the creation (a schedule's job: "
+        "after its tick); more than `delay_seconds`. Not with `start_by`.",
+        examples=[3600],
     )
     tags: list[Tag] = Field(
         default_factory=list,
@@ -162,6 +216,25 @@ class CancelCreate(StrictModel):
 
     note: str | None = Field(
         default=None, max_length=2000, description="Why; recorded with the cancel."
+    )
+
+
+class RescheduleCreate(StrictModel):
+    """Body of ``POST /v1/jobs/{job_id}/reschedule``: the queued job's new not-before --
+    ``run_at`` or ``delay_seconds`` (from now); neither (``{}``) drops the delay."""
+
+    run_at: Instant | None = Field(
+        default=None,
+        description="Not before this instant (RFC 3339); one in the past means now; at "
+        "most one year ahead; not after the job's `start_by`.",
+        examples=["2026-12-02T09:30:00Z"],
+    )
+    delay_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_AHEAD_SECONDS,
+        description="Not before this many seconds from now (at most one year).",
+        examples=[900],
     )
 
 
@@ -288,10 +361,14 @@ class WaitingForPublic(BaseModel):
     client shows `message` for a reason it does not know."""
 
     reason: WaitingReason = Field(
-        description="What holds it: `no_worker` -- no live worker process serves the "
-        "job's kind@version; `paused` -- an operator paused its kind (`by`, `at`, `note`)."
+        description="What holds it: `scheduled` -- its `run_at` is still ahead; "
+        "`start_deadline_passed` -- no worker claimed it by its `start_by`, so it will "
+        "never start (the next maintenance pass ends it `failed`); `no_worker` -- no live "
+        "worker process serves the job's kind@version; `paused` -- an operator paused its "
+        "kind (`by`, `at`, `note`)."
     )
     kind: str | None = Field(
+        default=None,
         description="The `kind@version` it waits for a worker of (reason `no_worker`), or "
         "whose pause holds it (reason `paused`).",
         examples=["atlas.bundle@1"],
@@ -303,6 +380,12 @@ class WaitingForPublic(BaseModel):
     )
     at: datetime | None = Field(default=None, description="When the kind was paused.")
     note: str | None = Field(default=None, description="Why, as the operator said.")
+    run_at: datetime | None = Field(
+        default=None, description="When it may start (reason `scheduled`)."
+    )
+    start_by: datetime | None = Field(
+        default=None, description="The start deadline that passed (reason `start_deadline_passed`)."
+    )
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
@@ -357,10 +440,20 @@ class JobPublic(BaseModel):
     replay_of: uuid.UUID | None = Field(
         description="The job this one replays (an operator's replay creates a new job)."
     )
+    run_at: datetime | None = Field(
+        description="The not-before the owner asked for (at creation or by a reschedule; "
+        "one in the past was stored as the time it was asked); null without a delay. A "
+        "retry's backoff does not change it: see `next_attempt_at`.",
+    )
+    start_by: datetime | None = Field(
+        description="The start deadline: not claimed by then, the job ends `failed` with "
+        "reason `start_deadline_passed`; null without one.",
+    )
     waiting_for: WaitingForPublic | None = Field(
-        description="Set on a queued job that something holds (its kind is paused, or no "
-        "live worker serves its kind@version); null otherwise. Read from the API's view of "
-        "the pauses and the live workers, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
+        description="Set on a queued job that something holds (its `run_at` is ahead, its "
+        "start deadline passed, its kind is paused, or no live worker serves its "
+        "kind@version); null otherwise. Pauses and workers are read from the API's view of "
+        "them, at most ATLAS_LIVE_WORKERS_REFRESH_SECONDS old."
     )
     links: JobLinks = Field(description="Where to go next.")
 

@@ -76,7 +76,7 @@ def effective_delivery(job: Any) -> DeliveryState:
     return delivery
 
 
-def waiting_for(job: Any) -> dict[str, Any] | None:
+def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
     the paused kinds and the live workers (:mod:`atlas_jobs._app.services.live_workers`): no
     query. A pause is named before a missing worker. ``None`` for a job
@@ -84,6 +84,9 @@ def waiting_for(job: Any) -> dict[str, Any] | None:
     process, or its first read has not answered)."""
     if job.state != JobState.QUEUED:
         return None
+    timing = _timing_hold(job, now)
+    if timing is not None:
+        return timing
     live = live_workers.current()
     key = handler_key(job.kind, job.kind_version)
     pause = None if live is None else live.pause_of(job.kind, job.kind_version)
@@ -105,6 +108,29 @@ def waiting_for(job: Any) -> dict[str, Any] | None:
     }
 
 
+def _timing_hold(job: Any, now: datetime | None) -> dict[str, Any] | None:
+    """A queued job held by time, as of ``now`` (else the database time the row was
+    read, ``observed_at``; else this process's clock): a passed start deadline (it will
+    never start: the claim refuses it, whether or not the sweeper has ended it yet),
+    else a ``run_at`` still ahead."""
+    observed = now or getattr(job, "observed_at", None) or datetime.now(UTC)
+    start_by = getattr(job, "start_by", None)
+    if start_by is not None and job.attempt == 0 and start_by <= observed:
+        return {
+            "reason": WaitingReason.START_DEADLINE_PASSED,
+            "start_by": start_by,
+            "message": "not started by its start deadline: it will not run",
+        }
+    run_at = getattr(job, "run_at", None)
+    if run_at is not None and run_at > observed:
+        return {
+            "reason": WaitingReason.SCHEDULED,
+            "run_at": run_at,
+            "message": f"scheduled for {run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        }
+    return None
+
+
 def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | None:
     """The part of the status validator that ``waiting_for`` decides (its reason)."""
     if waiting is None:
@@ -114,10 +140,11 @@ def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | N
     return str(WaitingReason(waiting["reason"]).value)
 
 
-def with_current_waiting(public: JobPublic, job: Any) -> JobPublic:
+def with_current_waiting(public: JobPublic, job: Any, at: datetime | None = None) -> JobPublic:
     """``public`` (built earlier: a feed's snapshot) with ``waiting_for`` as the live
-    workers are now -- the same object when nothing changed."""
-    now = waiting_for(job)
+    workers are now and as of the database time ``at`` (a ``run_at`` may have passed
+    since) -- the same object when nothing changed."""
+    now = waiting_for(job, at)
     if waiting_tag(now) == waiting_tag(public.waiting_for):
         return public
     return public.model_copy(
@@ -180,6 +207,8 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
         "cancel": _cancel(job.cancel),
         "tags": list(getattr(job, "tags", None) or ()),
         "replay_of": job.replay_of,
+        "run_at": getattr(job, "run_at", None),
+        "start_by": getattr(job, "start_by", None),
         "waiting_for": waiting_for(job),
         "links": {
             "self": path,
@@ -253,6 +282,16 @@ def next_attempt_at(job: Any) -> datetime | None:
     """When a job queued for a retry becomes claimable again (else ``None``)."""
     retrying = job.state == JobState.QUEUED.value and job.reason == Reason.RETRY.value
     return job.available_at if retrying else None
+
+
+def due_at(job: Any) -> datetime | None:
+    """When a queued job becomes claimable, if that is ahead: a retry's backoff
+    (``next_attempt_at``) or its ``run_at`` (for ``Retry-After``)."""
+    retry = next_attempt_at(job)
+    if retry is not None:
+        return retry
+    run_at = getattr(job, "run_at", None)
+    return run_at if job.state == JobState.QUEUED.value and run_at is not None else None
 
 
 def _opaque(version: int, waiting: str | None) -> str:

@@ -50,7 +50,7 @@ from atlas_jobs._app.transitions.base import (
 )
 from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
 from atlas_jobs._app.transitions.operations import OperationEntry, OperationMoves
-from atlas_jobs._app.transitions.requests import RequestMoves
+from atlas_jobs._app.transitions.requests import RequestMoves, after_start_by
 from atlas_jobs._app.transitions.waits import SignalOutcome, WaitMoves
 from atlas_jobs._app.transitions.worker import WorkerMoves
 
@@ -93,6 +93,7 @@ class Transitions:
     create_keyed = _by(lambda t: t.requests, RequestMoves.create_keyed)
     replay = _by(lambda t: t.requests, RequestMoves.replay)
     request_cancel = _by(lambda t: t.requests, RequestMoves.request_cancel)
+    reschedule = _by(lambda t: t.requests, RequestMoves.reschedule)
     approve = _by(lambda t: t.requests, RequestMoves.approve)
     reject = _by(lambda t: t.requests, RequestMoves.reject)
     review = _by(lambda t: t.requests, RequestMoves.review)
@@ -127,6 +128,7 @@ class Transitions:
     expire_results = _by(lambda t: t.maintenance, MaintenanceMoves.expire_results)
     pass_deadline = _by(lambda t: t.maintenance, MaintenanceMoves.pass_deadline)
     pass_deadlines = _by(lambda t: t.maintenance, MaintenanceMoves.pass_deadlines)
+    miss_starts = _by(lambda t: t.maintenance, MaintenanceMoves.miss_starts)
 
     # -- waits (WaitMoves)
     decide_review = _by(lambda t: t.waits, WaitMoves.decide_review)
@@ -154,5 +156,6 @@ __all__ = [
     "SignalOutcome",
     "Step",
     "Transitions",
+    "after_start_by",
     "error_doc",
 ]

@@ -7,6 +7,7 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from atlas_jobs._app.clock import Clock
@@ -37,6 +38,14 @@ class NewJob:
     traceparent: str | None = None
     """The creating request's W3C trace context when tracing is on (``atlas_jobs._app.tracing``),
     recorded in the creation's history ``data``: each attempt's span continues it."""
+    run_at: datetime | None = None
+    """Not before this moment (one in the past: now)."""
+    run_after: float | None = None
+    """Not before this many seconds after the creation (instead of ``run_at``)."""
+    start_by: datetime | None = None
+    """Never started after this moment: then it fails (``start_deadline_passed``)."""
+    start_within: float | None = None
+    """The start deadline as seconds after the creation (instead of ``start_by``)."""
 
 
 class OwnerAtCapacity(Exception):  # noqa: N818 - a refusal, not a failure

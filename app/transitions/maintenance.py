@@ -27,6 +27,9 @@ LEASE_EXPIRED_ERROR = error_doc(
     "lease_expired", "the worker holding the job stopped heartbeating", retryable=True
 )
 DEADLINE_ERROR = error_doc("deadline_passed", "the wait's deadline passed", retryable=False)
+START_DEADLINE_ERROR = error_doc(
+    "start_deadline_passed", "no worker started the job by its start_by", retryable=False
+)
 
 Backoff = Callable[[str, int], float]
 """Seconds before the next attempt of a job of ``kind`` after attempt ``attempt``."""
@@ -135,6 +138,21 @@ class MaintenanceMoves(Service):
             _renamed(found[j], _N.DEADLINE_FAIL) if not isinstance(found[j], Applied) else found[j]
             for j in job_ids
         ]
+
+    async def miss_starts(
+        self, conn: AsyncConnection, job_ids: Sequence[uuid.UUID]
+    ) -> list[MoveResult]:
+        """Queued jobs never claimed by their ``start_by`` end: ``failed``, reason
+        ``start_deadline_passed``, in one statement (no attempt was ever opened)."""
+        return await self.executor.apply(
+            conn,
+            TRANSITIONS[_N.MISS_START],
+            [
+                Step(j, error=START_DEADLINE_ERROR, data={"error": START_DEADLINE_ERROR})
+                for j in job_ids
+            ],
+            actor=SYSTEM_SWEEPER,
+        )
 
 
 def _renamed(result: MoveResult, name: TransitionName) -> MoveResult:

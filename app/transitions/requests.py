@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -221,6 +222,45 @@ class RequestMoves(Service):
             metrics.TRANSITIONS.labels(CANCEL_TOO_LATE, outcome.current.value).inc()
         return outcome
 
+    # -- delays -----------------------------------------------------------------------
+
+    async def reschedule(
+        self,
+        conn: AsyncConnection,
+        job_id: uuid.UUID,
+        *,
+        run_at: datetime | None,
+        delay_seconds: float | None = None,
+        actor: Actor,
+        owner: str | None = None,
+        request_id: str | None = None,
+    ) -> MoveResult:
+        """The owner moves (``run_at``) or drops (``None``) a queued job's delay:
+        ``queued`` -> ``queued``, claimable from then on (a time in the past: now).
+        ``delay_seconds`` instead of ``run_at``: from now (database time). Refused when
+        the job is not queued, or never started and its ``start_by`` passed, or the new
+        not-before would not be before ``start_by`` (:func:`after_start_by` tells
+        which)."""
+        return await self.executor.apply_one(
+            conn,
+            TRANSITIONS[_N.RESCHEDULE],
+            Step(
+                job_id,
+                at=run_at,
+                seconds=delay_seconds,
+                event_id=request_id,
+                data=(
+                    {"run_at": run_at.isoformat()}
+                    if run_at is not None
+                    else {"run_at": None}
+                    if delay_seconds is None
+                    else {"delay_seconds": delay_seconds}
+                ),
+            ),
+            actor=actor,
+            owner=owner,
+        )
+
     # -- reviews and events -----------------------------------------------------------
 
     async def approve(
@@ -342,6 +382,10 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_idempotency_key": new.idempotency_key,
         "p_replay_of": new.replay_of,
         "p_data": _creation_data(new),
+        "p_run_at": new.run_at,
+        "p_run_after": new.run_after,
+        "p_start_by": new.start_by,
+        "p_start_within": new.start_within,
         "p_tags": json.dumps(list(new.tags)) if new.tags else None,
     }
 
@@ -363,6 +407,10 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
         "p_replay_of": _optional([n.replay_of for n in batch]),
         "p_data": _optional([_creation_data(n) for n in batch]),
+        "p_run_at": _optional([n.run_at for n in batch]),
+        "p_run_after": _optional([n.run_after for n in batch]),
+        "p_start_by": _optional([n.start_by for n in batch]),
+        "p_start_within": _optional([n.start_within for n in batch]),
         "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
     }
 
@@ -385,3 +433,15 @@ def _creation_data(new: NewJob) -> str | None:
     if new.traceparent is not None:
         data["traceparent"] = new.traceparent
     return json.dumps(data) if data else None
+
+
+def after_start_by(refused: Rejected) -> bool:
+    """Whether a reschedule of a queued job was refused with the job's start deadline
+    still open: the new not-before was not before ``start_by`` -- the caller's
+    mistake (422), not the job's state (409)."""
+    return (
+        refused.transition == _N.RESCHEDULE
+        and refused.current == JobState.QUEUED
+        and refused.job is not None
+        and bool(getattr(refused.job, "start_open", False))
+    )

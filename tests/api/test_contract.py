@@ -48,6 +48,10 @@ SPEC = REPO / "openapi" / "openapi.json"
 # * schedules-fires: ``before`` matches the RFC 3339 pattern (years 0001-9999, every
 #   one of them served) but may be no calendar date (``2026-02-30``: a pattern cannot
 #   say which day a month lacks): 422 naming query.before.
+# * jobs-create, jobs-batch and jobs-reschedule: a job's timing fields (run_at,
+#   delay_seconds, start_by, start_within_seconds) are each schema-valid, but some pairs
+#   exclude each other and the instants are bounded by now (at most a year ahead, a
+#   start deadline ahead of now and after the not-before): 422 naming the field.
 # * jobs-list and bulk-operations-create: a time range's end must be after its start
 #   (JSON Schema cannot compare two fields): 422 naming the range's end; a bulk
 #   operation's ``note`` may hold a NUL character (422, as for the operator actions), and a
@@ -73,6 +77,10 @@ checks.positive_data_acceptance.expected-statuses = [
 checks.negative_data_rejection.expected-statuses = [
     400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429,
 ]
+
+[[operations]]
+include-operation-id = "jobs-reschedule"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 422]
 
 [[operations]]
 include-operation-id = "operations-fail"

@@ -200,6 +200,8 @@ async def test_a_queued_job_no_live_worker_serves_says_so_wherever_its_status_is
         "by": None,  # the pause's members (reason paused)
         "at": None,
         "note": None,
+        "run_at": None,
+        "start_by": None,
         "message": "no live worker serves thumbnail.render@2",
     }
 

@@ -102,6 +102,8 @@ def model_by_model(job: Any, stages: Sequence[Any]) -> JobPublic:
         error=_error(job.error),
         cancel=cancel,
         replay_of=job.replay_of,
+        run_at=job.run_at,
+        start_by=job.start_by,
         waiting_for=(
             WaitingForPublic.model_validate(waiting) if (waiting := waiting_for(job)) else None
         ),

@@ -103,12 +103,16 @@ def test_declared_delivery_moves_follow_the_delivery_table() -> None:
 
 
 def test_only_bookkeeping_moves_keep_the_state() -> None:
-    """Heartbeats, progress and staging keep the state; the executor relies on every
-    state-changing move changing it from every source (reason and ``finished_at``)."""
+    """Heartbeats, progress and staging keep the state -- and, outside a lease, a result's
+    expiry and a queued job's reschedule; the executor relies on every state-changing
+    move changing it from every source (reason and ``finished_at``)."""
+    outside_a_lease = {TransitionName.EXPIRE_RESULT, TransitionName.RESCHEDULE}
     for spec in TRANSITIONS.values():
         kept = [s for s, t in spec.moves.items() if s == t]
-        if kept and spec.name != TransitionName.EXPIRE_RESULT:
-            assert set(kept) == spec.sources <= ACTIVE_STATES, spec.name
+        if kept:
+            assert set(kept) == spec.sources, spec.name
+        if kept and spec.name not in outside_a_lease:
+            assert spec.sources <= ACTIVE_STATES, spec.name
         if not spec.visible:
             assert not spec.records, spec.name
             assert not spec.changes_state, spec.name

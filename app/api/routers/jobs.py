@@ -1,5 +1,5 @@
 """``/v1/jobs``: create (one, or a batch at ``/v1/jobs:batch``), read (with ETag and
-``Prefer: wait``), list, cancel, history."""
+``Prefer: wait``), list, cancel, reschedule, history."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from atlas_jobs._app.api.answers import respond, status_headers, status_response
+from atlas_jobs._app.api.answers import answer, respond, settle, status_headers, status_response
 from atlas_jobs._app.api.deps import (
     CurrentPrincipal,
     EngineDep,
@@ -43,12 +43,15 @@ from atlas_jobs._app.services.schemas import (
     JobCreate,
     JobPage,
     JobPublic,
+    RescheduleCreate,
 )
+from atlas_jobs._app.services.timing import after_start_by_refusal, check_reschedule
 from atlas_jobs._app.services.views import (
     etag_matches,
     job_path,
     waiting_tag,
 )
+from atlas_jobs._app.transitions import Rejected, after_start_by
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -274,6 +277,55 @@ async def cancel(
         note=body.note if body else None,
     )
     return respond(moved, response)
+
+
+@router.post(
+    "/{job_id}/reschedule",
+    status_code=status.HTTP_200_OK,
+    response_model=JobPublic,
+    summary="Move or drop a queued job's delay",
+    responses=problems(
+        400,
+        404,
+        409,
+        413,
+        415,
+        422,
+        descriptions={
+            409: "The job is no longer queued (a worker claimed it, or it ended), or it "
+            "never started and its `start_by` passed: the body names the state.",
+            422: "`run_at` and `delay_seconds` both given, malformed, more than one year "
+            "ahead, or not before the job's `start_by`.",
+        },
+    ),
+)
+async def reschedule(
+    job_id: uuid.UUID,
+    body: RescheduleCreate,
+    state: StateDep,
+    principal: CurrentPrincipal,
+    response: Response,
+) -> JobPublic:
+    """While the job is ``queued``: a new not-before -- ``run_at``, or ``delay_seconds``
+    from now -- or, with neither (``{}``), no delay at all (claimable at once). Recorded
+    in the history (``reschedule``); the state stays ``queued``. The new not-before
+    must be before the job's ``start_by``."""
+    bind_job(job_id)
+    check_reschedule(body, state.clock)
+    async with state.engine.begin() as conn:
+        outcome = await state.transitions.reschedule(
+            conn,
+            job_id,
+            run_at=body.run_at,
+            delay_seconds=None if body.delay_seconds is None else float(body.delay_seconds),
+            actor=actor_for(principal),
+            owner=visible_owner(principal),
+            request_id=request_id(),
+        )
+        if isinstance(outcome, Rejected) and after_start_by(outcome):
+            raise after_start_by_refusal(body, outcome)
+        reply = await answer(conn, outcome, response)
+    return settle(reply)
 
 
 @router.get(

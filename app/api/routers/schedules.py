@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
+from atlas_jobs._app.api.errors import InvalidRequestError
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -69,6 +70,8 @@ def _public(row: Any) -> SchedulePublic:
             kind_version=row.kind_version,
             input=row.input,
             notify=row.notify_webhook_id,
+            delay_seconds=row.job_delay_seconds,
+            start_within_seconds=row.job_start_within_seconds,
         ),
         enabled=row.enabled,
         misfire_policy=MisfirePolicy(row.misfire_policy),
@@ -90,7 +93,35 @@ def _public(row: Any) -> SchedulePublic:
 
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     spec, normalized = validated_input(body, ("body", "job"))
+    _timing(body)
     return spec.name, spec.version, normalized
+
+
+def _timing(body: JobCreateBase) -> None:
+    """A schedule's job is timed relative to each tick (``delay_seconds``,
+    ``start_within_seconds``, the start deadline after the delay); an instant
+    (``run_at``, ``start_by``) means nothing for a recurring job: 422 naming it."""
+    errors = [
+        {
+            "loc": ["body", "job", name],
+            "msg": "a schedule's job is timed relative to its tick: use "
+            + ("delay_seconds" if name == "run_at" else "start_within_seconds"),
+            "type": "not_on_a_schedule",
+        }
+        for name in ("run_at", "start_by")
+        if getattr(body, name) is not None
+    ]
+    delay, within = body.delay_seconds, body.start_within_seconds
+    if delay is not None and within is not None and within <= delay:
+        errors.append(
+            {
+                "loc": ["body", "job", "start_within_seconds"],
+                "msg": "must be more than delay_seconds",
+                "type": "before_run_at",
+            }
+        )
+    if errors:
+        raise InvalidRequestError("The schedule's job timing is invalid", errors=errors)
 
 
 @router.post(
@@ -140,6 +171,8 @@ async def create_schedule(
         kind_version=kind_version,
         input=job_input,
         notify=body.job.notify,
+        delay_seconds=body.job.delay_seconds,
+        start_within_seconds=body.job.start_within_seconds,
         enabled=body.enabled,
         misfire_policy=body.misfire_policy,
         misfire_grace_seconds=body.misfire_grace_seconds,
@@ -229,6 +262,8 @@ async def change_schedule(
     if body.job is not None:
         changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
         changes["notify_webhook_id"] = body.job.notify
+        changes["job_delay_seconds"] = body.job.delay_seconds
+        changes["job_start_within_seconds"] = body.job.start_within_seconds
     row = await schedules.change(
         state.engine,
         schedule_id,

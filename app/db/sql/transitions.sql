@@ -18,7 +18,7 @@
 -- name: heartbeat_full
 -- heartbeat: running|cancel_requested (state kept); fenced by the attempt; skips locked rows; no history row. The lease holder extends its lease.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -49,7 +49,7 @@ SELECT * FROM moved;
 -- name: heartbeat_brief
 -- heartbeat: running|cancel_requested (state kept); fenced by the attempt; skips locked rows; no history row. The lease holder extends its lease.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -80,7 +80,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: declare_plan_full
 -- declare_plan: running|cancel_requested (state kept); fenced by the attempt; no history row. The job's stages are declared (plan revision 1), once per job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -108,7 +108,7 @@ SELECT * FROM moved;
 -- name: declare_plan_brief
 -- declare_plan: running|cancel_requested (state kept); fenced by the attempt; no history row. The job's stages are declared (plan revision 1), once per job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -136,7 +136,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: record_progress_full
 -- record_progress: running|cancel_requested (state kept); fenced by the attempt; no history row. A stage is entered or a unit of it is done.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -164,7 +164,7 @@ SELECT * FROM moved;
 -- name: record_progress_brief
 -- record_progress: running|cancel_requested (state kept); fenced by the attempt; no history row. A stage is entered or a unit of it is done.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -192,7 +192,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: expand_plan_full
 -- expand_plan: running|cancel_requested (state kept); fenced by the attempt. A stage found more units: total grows, plan_revision increments.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -226,7 +226,7 @@ SELECT * FROM moved;
 -- name: expand_plan_brief
 -- expand_plan: running|cancel_requested (state kept); fenced by the attempt. A stage found more units: total grows, plan_revision increments.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -260,7 +260,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: stage_output_full
 -- stage_output: running|cancel_requested (state kept); fenced by the attempt; delivery -> partial_private|staged_private; no history row. Private outputs changed (never published by this move).
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -288,7 +288,7 @@ SELECT * FROM moved;
 -- name: stage_output_brief
 -- stage_output: running|cancel_requested (state kept); fenced by the attempt; delivery -> partial_private|staged_private; no history row. Private outputs changed (never published by this move).
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -316,7 +316,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: retry_later_full
 -- retry_later: running -> queued; fenced by the attempt; ends the attempt (retry). Recoverable error with budget left.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -361,7 +361,7 @@ SELECT * FROM moved;
 -- name: retry_later_brief
 -- retry_later: running -> queued; fenced by the attempt; ends the attempt (retry). Recoverable error with budget left.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -406,7 +406,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: release_full
 -- release: running -> queued; fenced by the attempt; ends the attempt (released). Graceful shutdown hands the job back; the attempt is not charged.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -451,7 +451,7 @@ SELECT * FROM moved;
 -- name: release_brief
 -- release: running -> queued; fenced by the attempt; ends the attempt (released). Graceful shutdown hands the job back; the attempt is not charged.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -496,7 +496,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: give_up_full
 -- give_up: running -> unresolved; fenced by the attempt; ends the attempt (unresolved). Recoverable error with budget spent.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -540,7 +540,7 @@ SELECT * FROM moved;
 -- name: give_up_brief
 -- give_up: running -> unresolved; fenced by the attempt; ends the attempt (unresolved). Recoverable error with budget spent.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -584,7 +584,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: wait_full
 -- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait; the attempt is not charged.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -629,7 +629,7 @@ SELECT * FROM moved;
 -- name: wait_brief
 -- wait: running -> waiting; fenced by the attempt; ends the attempt (waiting). The job reaches a review gate or external wait; the attempt is not charged.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -674,7 +674,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: request_cancel_full
 -- request_cancel: queued|waiting -> canceled, running -> cancel_requested. Owner or operator asks to cancel.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -714,7 +714,7 @@ SELECT * FROM moved;
 -- name: request_cancel_brief
 -- request_cancel: queued|waiting -> canceled, running -> cancel_requested. Owner or operator asks to cancel.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -754,7 +754,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: stop_canceled_full
 -- stop_canceled: cancel_requested -> canceled; fenced by the attempt; ends the attempt (canceled). The worker stopped at a safe point.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -799,7 +799,7 @@ SELECT * FROM moved;
 -- name: stop_canceled_brief
 -- stop_canceled: cancel_requested -> canceled; fenced by the attempt; ends the attempt (canceled). The worker stopped at a safe point.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -844,7 +844,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: publish_full
 -- publish: running|cancel_requested -> succeeded; fenced by the attempt; ends the attempt (succeeded); delivery -> available. The publication transaction commits.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -890,7 +890,7 @@ SELECT * FROM moved;
 -- name: publish_brief
 -- publish: running|cancel_requested -> succeeded; fenced by the attempt; ends the attempt (succeeded); delivery -> available. The publication transaction commits.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -936,7 +936,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: fail_full
 -- fail: running|cancel_requested -> failed; fenced by the attempt; ends the attempt (failed). A permanent error in the worker.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -982,7 +982,7 @@ SELECT * FROM moved;
 -- name: fail_brief
 -- fail: running|cancel_requested -> failed; fenced by the attempt; ends the attempt (failed). A permanent error in the worker.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1028,7 +1028,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: expire_result_full
 -- expire_result: succeeded (state kept); delivery -> expired. Retention passed; delivery becomes expired.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1062,7 +1062,7 @@ SELECT * FROM moved;
 -- name: expire_result_brief
 -- expire_result: succeeded (state kept); delivery -> expired. Retention passed; delivery becomes expired.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1096,7 +1096,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: rescue_full
 -- rescue: running -> queued, cancel_requested -> canceled; guard lease_expired; ends the attempt (lost). The lease expired; the reaper takes the job back.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1143,7 +1143,7 @@ SELECT * FROM moved;
 -- name: rescue_brief
 -- rescue: running -> queued, cancel_requested -> canceled; guard lease_expired; ends the attempt (lost). The lease expired; the reaper takes the job back.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1190,7 +1190,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: rescue_exhausted_full
 -- rescue_exhausted: running -> unresolved; guard lease_expired; ends the attempt (lost). The lease expired and the budget is spent.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1234,7 +1234,7 @@ SELECT * FROM moved;
 -- name: rescue_exhausted_brief
 -- rescue_exhausted: running -> unresolved; guard lease_expired; ends the attempt (lost). The lease expired and the budget is spent.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1278,7 +1278,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: approve_full
 -- approve: waiting -> queued; guard awaiting_review. A reviewer approved the job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1316,7 +1316,7 @@ SELECT * FROM moved;
 -- name: approve_brief
 -- approve: waiting -> queued; guard awaiting_review. A reviewer approved the job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1354,7 +1354,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: receive_event_full
 -- receive_event: waiting -> queued; guard awaiting_event. The awaited external event arrived.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1392,7 +1392,7 @@ SELECT * FROM moved;
 -- name: receive_event_brief
 -- receive_event: waiting -> queued; guard awaiting_event. The awaited external event arrived.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1430,7 +1430,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: reject_full
 -- reject: waiting -> failed; guard awaiting_review. A reviewer rejected the job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1470,7 +1470,7 @@ SELECT * FROM moved;
 -- name: reject_brief
 -- reject: waiting -> failed; guard awaiting_review. A reviewer rejected the job.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1510,7 +1510,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: deadline_fail_full
 -- deadline_fail: waiting -> failed; guard deadline_rule_fail. The wait deadline passed; the rule says fail.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1550,7 +1550,7 @@ SELECT * FROM moved;
 -- name: deadline_fail_brief
 -- deadline_fail: waiting -> failed; guard deadline_rule_fail. The wait deadline passed; the rule says fail.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1590,7 +1590,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: deadline_escalate_full
 -- deadline_escalate: waiting -> unresolved; guard deadline_rule_escalate. The wait deadline passed; the rule says escalate.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1628,7 +1628,7 @@ SELECT * FROM moved;
 -- name: deadline_escalate_brief
 -- deadline_escalate: waiting -> unresolved; guard deadline_rule_escalate. The wait deadline passed; the rule says escalate.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1666,7 +1666,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: resume_full
 -- resume: unresolved -> queued. An operator resumes with a new attempt budget.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1703,7 +1703,7 @@ SELECT * FROM moved;
 -- name: resume_brief
 -- resume: unresolved -> queued. An operator resumes with a new attempt budget.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1740,7 +1740,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: operator_cancel_full
 -- operator_cancel: unresolved -> canceled. An operator cancels unresolved work.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1777,7 +1777,7 @@ SELECT * FROM moved;
 -- name: operator_cancel_brief
 -- operator_cancel: unresolved -> canceled. An operator cancels unresolved work.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1814,7 +1814,7 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 -- name: operator_fail_full
 -- operator_fail: unresolved -> failed. An operator fails unresolved work.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1852,7 +1852,7 @@ SELECT * FROM moved;
 -- name: operator_fail_brief
 -- operator_fail: unresolved -> failed. An operator fails unresolved work.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1887,10 +1887,154 @@ WITH input AS (
 )
 SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, created_at, finished_at FROM moved;
 
+-- name: reschedule_full
+-- reschedule: queued (state kept); guard start_open. The owner moves or drops a queued job's delay (``run_at``).
+WITH input AS (
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+      FROM jobs AS j
+      JOIN input AS i ON i.job_id = j.id
+     WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
+     ORDER BY j.id
+       FOR UPDATE OF j
+), moved AS (
+    UPDATE jobs AS j
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           run_at = CASE WHEN COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NOT NULL THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) END, available_at = greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))), budget_started_at = CASE WHEN j.attempt = 0 THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) ELSE j.budget_started_at END
+      FROM locked JOIN input AS i ON i.job_id = locked.id
+     WHERE j.id = locked.id
+       -- The row as locked is the row as updated (see Executor.apply).
+       AND j.state = locked.from_state
+       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
+       AND j.state IN ('queued') AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
+ RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+           i.error AS step_error, i.data AS step_data, i.note AS step_note,
+           i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id, event_id, note, data)
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'reschedule', moved_from, state, reason, CAST(:actor AS text),
+           moved_attempt_id, step_event_id, step_note, step_data
+      FROM moved
+)
+SELECT * FROM moved;
+
+-- name: reschedule_brief
+-- reschedule: queued (state kept); guard start_open. The owner moves or drops a queued job's delay (``run_at``).
+WITH input AS (
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+      FROM jobs AS j
+      JOIN input AS i ON i.job_id = j.id
+     WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
+     ORDER BY j.id
+       FOR UPDATE OF j
+), moved AS (
+    UPDATE jobs AS j
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           run_at = CASE WHEN COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NOT NULL THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) END, available_at = greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))), budget_started_at = CASE WHEN j.attempt = 0 THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) ELSE j.budget_started_at END
+      FROM locked JOIN input AS i ON i.job_id = locked.id
+     WHERE j.id = locked.id
+       -- The row as locked is the row as updated (see Executor.apply).
+       AND j.state = locked.from_state
+       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
+       AND j.state IN ('queued') AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
+ RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+           i.error AS step_error, i.data AS step_data, i.note AS step_note,
+           i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id, event_id, note, data)
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'reschedule', moved_from, state, reason, CAST(:actor AS text),
+           moved_attempt_id, step_event_id, step_note, step_data
+      FROM moved
+)
+SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, created_at, finished_at FROM moved;
+
+-- name: miss_start_full
+-- miss_start: queued -> failed; guard start_missed. No worker claimed the job by its start deadline (``start_by``).
+WITH input AS (
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+      FROM jobs AS j
+      JOIN input AS i ON i.job_id = j.id
+     WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
+     ORDER BY j.id
+       FOR UPDATE OF j
+), moved AS (
+    UPDATE jobs AS j
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           state = CASE locked.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
+           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           error = i.error
+      FROM locked JOIN input AS i ON i.job_id = locked.id
+     WHERE j.id = locked.id
+       -- The row as locked is the row as updated (see Executor.apply).
+       AND j.state = locked.from_state
+       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
+       AND j.state IN ('queued') AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+           i.error AS step_error, i.data AS step_data, i.note AS step_note,
+           i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id, event_id, note, data)
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'miss_start', moved_from, state, reason, CAST(:actor AS text),
+           moved_attempt_id, step_event_id, step_note, step_data
+      FROM moved
+)
+SELECT * FROM moved;
+
+-- name: miss_start_brief
+-- miss_start: queued -> failed; guard start_missed. No worker claimed the job by its start deadline (``start_by``).
+WITH input AS (
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
+), locked AS (
+    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+      FROM jobs AS j
+      JOIN input AS i ON i.job_id = j.id
+     WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
+     ORDER BY j.id
+       FOR UPDATE OF j
+), moved AS (
+    UPDATE jobs AS j
+       SET version = j.version + 1,
+           updated_at = (now() + make_interval(secs => :clock_offset)),
+           state = CASE locked.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
+           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           error = i.error
+      FROM locked JOIN input AS i ON i.job_id = locked.id
+     WHERE j.id = locked.id
+       -- The row as locked is the row as updated (see Executor.apply).
+       AND j.state = locked.from_state
+       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
+       AND j.state IN ('queued') AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+           i.error AS step_error, i.data AS step_data, i.note AS step_note,
+           i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
+), recorded AS (
+    INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
+                             attempt_id, event_id, note, data)
+    SELECT id, (now() + make_interval(secs => :clock_offset)), 'miss_start', moved_from, state, reason, CAST(:actor AS text),
+           moved_attempt_id, step_event_id, step_note, step_data
+      FROM moved
+)
+SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, created_at, finished_at FROM moved;
+
 -- name: record_operation_full
 -- record_operation: running|cancel_requested (state kept); fenced by the attempt. An external operation was attempted, confirmed, found uncertain, reconciled or adopted (its entry: operation id, outcome, HTTP status).
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1923,7 +2067,7 @@ SELECT * FROM moved;
 -- name: record_operation_brief
 -- record_operation: running|cancel_requested (state kept); fenced by the attempt. An external operation was attempted, confirmed, found uncertain, reconciled or adopted (its entry: operation id, outcome, HTTP status).
 WITH input AS (
-    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id)
+    SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
     SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
       FROM jobs AS j
@@ -1963,24 +2107,37 @@ SELECT j.*,
            AS deadline_passed,
        (j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))) IS TRUE AS lease_expired,
        (j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'fail') IS TRUE AS deadline_fail,
-       (j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate') IS TRUE AS deadline_escalate
+       (j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate') IS TRUE AS deadline_escalate,
+       (j.start_by IS NULL OR j.attempt > 0 OR j.start_by > (now() + make_interval(secs => :clock_offset))) IS TRUE AS start_open,
+       (j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))) IS TRUE AS start_missed
   FROM jobs AS j
  WHERE j.id = ANY(CAST(:job_ids AS uuid[]));
 
 -- name: create_one
 -- create: new queued jobs and their history rows; one job, bound as scalars.
 WITH input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
       FROM input
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -1989,26 +2146,37 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at FROM created;
 
 -- name: create_batch
 -- create: new queued jobs and their history rows; a batch, bound as arrays.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
       FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2017,26 +2185,37 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at FROM created;
 
 -- name: create_batch_tagged
 -- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, tags)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2045,7 +2224,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.tags, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at FROM created;
 
 -- name: create_admitted_one
 -- create_admitted: create under the owner's admission cap; one job, bound as scalars.
@@ -2053,18 +2232,29 @@ WITH admission AS (
     SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
            AS unfinished
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE (SELECT unfinished FROM admission) + 1 <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
       FROM input
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2073,7 +2263,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch
@@ -2083,21 +2273,32 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
       FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2106,7 +2307,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch_tagged
@@ -2116,21 +2317,32 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, run_at, run_after, start_by, start_within, tags, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of, tags)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of, ARRAY(SELECT jsonb_array_elements_text(input.tags))
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2139,7 +2351,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_keyed_one
@@ -2163,18 +2375,29 @@ WITH guard AS (
         ON CONFLICT DO NOTHING
     RETURNING job_id
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE EXISTS (SELECT 1 FROM keyed)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
-                      budget_started_at, request_id, idempotency_key, replay_of)
+                      budget_started_at, request_id, idempotency_key, replay_of, run_at,
+                      start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
-           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)), request_id,
-           idempotency_key, replay_of
+           max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
+           COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
+           request_id, idempotency_key, replay_of, when_.not_before, when_.start_by
       FROM input
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, (now() + make_interval(secs => :clock_offset)) AS observed_at
+           CROSS JOIN LATERAL (
+               SELECT CASE WHEN input.run_at IS NOT NULL OR input.run_after IS NOT NULL
+                           THEN greatest(COALESCE(input.run_at, (now() + make_interval(secs => :clock_offset))
+                                                  + make_interval(secs => input.run_after)),
+                                         (now() + make_interval(secs => :clock_offset)))
+                      END AS not_before,
+                      COALESCE(input.start_by,
+                               (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
+           ) AS when_
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data, key_id)
@@ -2184,7 +2407,7 @@ created AS (
            CAST(:actor_key AS uuid)
       FROM input AS i
 )
-SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.observed_at
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.observed_at
   FROM guard CROSS JOIN admission LEFT JOIN created ON true;
 
 -- name: claim
@@ -2194,6 +2417,7 @@ WITH picked AS (
       FROM jobs
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
+       AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
                         WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))
@@ -2233,6 +2457,7 @@ WITH picked AS (
       FROM jobs
      WHERE state = 'queued'
        AND available_at <= (now() + make_interval(secs => :clock_offset))
+       AND (start_by IS NULL OR start_by > (now() + make_interval(secs => :clock_offset)) OR attempt > 0)
        AND (kind || '@' || kind_version) = ANY(CAST(:handlers AS text[]))
        AND NOT EXISTS (SELECT FROM kind_pauses AS p
                         WHERE p.kind = jobs.kind AND p.version IN (0, jobs.kind_version))

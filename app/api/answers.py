@@ -1,6 +1,6 @@
 """A job's answers over HTTP: the status body with its validators and polling headers,
-and the one mapping of a refused move (:class:`~atlas_jobs._app.transitions.Rejected`)
-to its problem."""
+and a move's outcome as its answer (a refused move's problem comes from the one
+mapping, :func:`~atlas_jobs._app.api.errors.problem_of`)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,12 @@ from typing import Any
 from fastapi import Response
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.api.errors import (
-    ApiError,
-    CancelTooLateError,
-    ConflictingDecisionError,
-    DecisionTooLateError,
-    JobNotFoundError,
-    JobStateConflictError,
-    NotAwaitingReviewError,
-    NotAwaitingSignalError,
-)
-from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName, is_terminal
+from atlas_jobs._app.api.errors import ApiError, problem_of
+from atlas_jobs._app.lifecycle import JobState, is_terminal
+from atlas_jobs._app.services.actions import Moved, refusal_of, settled
 from atlas_jobs._app.services.reading import public_status
-from atlas_jobs._app.services.schemas import JobPublic, ReviewDecision
+from atlas_jobs._app.services.refusals import MoveRefused
+from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import (
     due_at,
     etag,
@@ -30,7 +23,7 @@ from atlas_jobs._app.services.views import (
     waiting_for,
     waiting_tag,
 )
-from atlas_jobs._app.transitions import MoveResult, Rejected, RejectReason
+from atlas_jobs._app.transitions import MoveResult, Rejected
 
 
 def status_headers(
@@ -57,18 +50,20 @@ async def answer(
     connection, same transaction; nothing is re-read), or the move's problem -- returned,
     not raised, so the transaction still commits what a refusal records (a late cancel):
     raise it with :func:`settle` after the commit."""
-    if isinstance(outcome, Rejected):
-        if outcome.took_effect and outcome.job is not None:
-            # A repeat of a move that took effect is answered like the move itself.
-            return await answer_row(conn, outcome.job, response)
-        if outcome.reason == RejectReason.REPEATED and outcome.job is not None:
-            # The same decision took effect before: answered as a replay (like a repeated
-            # signal), with the status now; nothing is recorded again.
-            response.status_code = 200
-            response.headers["Idempotency-Replayed"] = "true"
-            return await answer_row(conn, outcome.job, response)
-        return await problem_for(conn, outcome)
-    return await answer_row(conn, outcome.job, response)
+    found = await settled(conn, outcome)
+    if isinstance(found, MoveRefused):
+        return problem_of(found)
+    return respond(found, response)
+
+
+def respond(moved: Moved, response: Response) -> JobPublic:
+    """The status body of a move that took effect, its headers set on ``response`` (a
+    replay: 200 with ``Idempotency-Replayed: true``)."""
+    if moved.replayed:
+        response.status_code = 200
+        response.headers["Idempotency-Replayed"] = "true"
+    response.headers.update(status_headers(moved.job, public=moved.public))
+    return moved.public
 
 
 def settle(reply: JobPublic | ApiError) -> JobPublic:
@@ -99,55 +94,5 @@ async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> Job
 
 
 async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
-    """The one mapping of a refused move to its RFC 9457 problem."""
-    if outcome.reason == RejectReason.NOT_FOUND or outcome.job is None:
-        return JobNotFoundError()
-    public = await public_status(conn, outcome.job)
-    facts: dict[str, Any] = {"state": public.state.value, "delivery": public.delivery.state.value}
-    name = outcome.transition
-    if name == TransitionName.REQUEST_CANCEL and outcome.current in TERMINAL_STATES:
-        return CancelTooLateError(
-            f"The job is already {public.state.value}",
-            job=public.model_dump(mode="json"),
-            **facts,
-        )
-    if name == TransitionName.REQUEST_CANCEL:
-        return JobStateConflictError(
-            f"A {public.state.value} job is canceled by an operator decision", **facts
-        )
-    if name in {TransitionName.APPROVE, TransitionName.REJECT, TransitionName.RECEIVE_EVENT} and (
-        public.reason in {Reason.DEADLINE_PASSED, Reason.DEADLINE_ESCALATED}
-    ):
-        return DecisionTooLateError(
-            f"The wait's deadline passed first; the job is {public.state.value}", **facts
-        )
-    if outcome.reason == RejectReason.CONFLICTING:
-        recorded = "rejected" if name == TransitionName.APPROVE else "approved"
-        return ConflictingDecisionError(
-            f"The job was {recorded} before; it is {public.state.value}",
-            decision=ReviewDecision.REJECT
-            if name == TransitionName.APPROVE
-            else ReviewDecision.APPROVE,
-            **facts,
-        )
-    if name == TransitionName.RESCHEDULE and outcome.current == JobState.QUEUED:
-        return JobStateConflictError(
-            "The job's start deadline passed: it will not start, so it cannot be rescheduled",
-            **facts,
-        )
-    if name == TransitionName.RESCHEDULE:
-        return JobStateConflictError(
-            f"Only a queued job can be rescheduled; the job is {public.state.value}", **facts
-        )
-    if name == TransitionName.RECEIVE_EVENT:
-        return NotAwaitingSignalError(
-            f"The job is {public.state.value} ({public.reason.value}), "
-            "not waiting for an external event",
-            **facts,
-        )
-    if name in {TransitionName.APPROVE, TransitionName.REJECT}:
-        return NotAwaitingReviewError(
-            f"The job is {public.state.value} ({public.reason.value}), not waiting for review",
-            **facts,
-        )
-    return JobStateConflictError(f"Not allowed while the job is {public.state.value}", **facts)
+    """The problem of a refused move (the one mapping: :func:`problem_of`)."""
+    return problem_of(await refusal_of(conn, outcome))

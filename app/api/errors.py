@@ -20,8 +20,11 @@ from starlette.responses import JSONResponse, Response
 from atlas_jobs._app.api.paths import allowed_methods
 from atlas_jobs._app.db.outages import database_unavailable
 from atlas_jobs._app.kinds import KINDS
+from atlas_jobs._app.lifecycle import TERMINAL_STATES, JobState, Reason, TransitionName
 from atlas_jobs._app.services import refusals
 from atlas_jobs._app.services.refusals import clean_validation_errors
+from atlas_jobs._app.services.schemas import ReviewDecision
+from atlas_jobs._app.transitions import RejectReason
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:atlas-jobs:problem:"
@@ -323,11 +326,88 @@ class DatabaseUnavailableError(ApiError):
         super().__init__(headers={"Retry-After": str(retry_after)})
 
 
+def move_problem(refused: refusals.MoveRefused) -> ApiError:
+    """The problem of a job's action the lifecycle refused."""
+    public = refused.public
+    if public is None:
+        return JobNotFoundError()
+    facts: dict[str, Any] = {"state": public.state.value, "delivery": public.delivery.state.value}
+    name = refused.transition
+    if name == TransitionName.REQUEST_CANCEL and refused.current in TERMINAL_STATES:
+        return CancelTooLateError(
+            f"The job is already {public.state.value}",
+            job=public.model_dump(mode="json"),
+            **facts,
+        )
+    if name == TransitionName.REQUEST_CANCEL:
+        return JobStateConflictError(
+            f"A {public.state.value} job is canceled by an operator decision", **facts
+        )
+    if name in {TransitionName.APPROVE, TransitionName.REJECT, TransitionName.RECEIVE_EVENT} and (
+        public.reason in {Reason.DEADLINE_PASSED, Reason.DEADLINE_ESCALATED}
+    ):
+        return DecisionTooLateError(
+            f"The wait's deadline passed first; the job is {public.state.value}", **facts
+        )
+    if refused.reason == RejectReason.CONFLICTING:
+        recorded = "rejected" if name == TransitionName.APPROVE else "approved"
+        return ConflictingDecisionError(
+            f"The job was {recorded} before; it is {public.state.value}",
+            decision=ReviewDecision.REJECT
+            if name == TransitionName.APPROVE
+            else ReviewDecision.APPROVE,
+            **facts,
+        )
+    if name == TransitionName.RESCHEDULE and refused.current == JobState.QUEUED:
+        return JobStateConflictError(
+            "The job's start deadline passed: it will not start, so it cannot be rescheduled",
+            **facts,
+        )
+    if name == TransitionName.RESCHEDULE:
+        return JobStateConflictError(
+            f"Only a queued job can be rescheduled; the job is {public.state.value}", **facts
+        )
+    if name == TransitionName.RECEIVE_EVENT:
+        return NotAwaitingSignalError(
+            f"The job is {public.state.value} ({public.reason.value}), "
+            "not waiting for an external event",
+            **facts,
+        )
+    if name in {TransitionName.APPROVE, TransitionName.REJECT}:
+        return NotAwaitingReviewError(
+            f"The job is {public.state.value} ({public.reason.value}), not waiting for review",
+            **facts,
+        )
+    return JobStateConflictError(f"Not allowed while the job is {public.state.value}", **facts)
+
+
 def problem_of(refusal: refusals.Refusal) -> ApiError:
     """The one mapping of a service's refusal to its problem."""
     match refusal:
         case refusals.JobNotFound():
             return JobNotFoundError()
+        case refusals.MoveRefused():
+            return move_problem(refusal)
+        case refusals.FourEyesRefused(holder=holder, holder_required=True):
+            return FourEyesError("Four-eyes reviews: approve with a key that names its holder")
+        case refusals.FourEyesRefused(holder=holder):
+            return FourEyesError(
+                "Four-eyes reviews: the job was submitted by "
+                + (f"holder {holder!r}" if holder else "this key")
+                + "; another holder must approve it"
+            )
+        case refusals.NotAllowed(detail=detail):
+            return ForbiddenError(detail)
+        case refusals.WebhookNotFound():
+            return WebhookNotFoundError()
+        case refusals.ScheduleNotFound():
+            return ScheduleNotFoundError()
+        case refusals.TooManySchedules(owner=owner, count=count, limit=limit):
+            return TooManySchedulesError(
+                f"{owner} has {count} schedules (limit {limit}); delete one first", limit=limit
+            )
+        case refusals.DownloadGone(detail=detail):
+            return DownloadGoneError(detail)
         case refusals.ResultExpired(state=state, delivery=delivery):
             return ResultExpiredError(
                 "The result's retention passed; the job is still succeeded",

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import Connects
+from atlas_jobs._app.db.reads import JobFilter as JobFilter  # what a listing asks for
 from atlas_jobs._app.services.paging import JOB_CURSOR, fetch_size, page_of
 from atlas_jobs._app.services.refusals import JobNotFound
 from atlas_jobs._app.services.schemas import HistoryItem, JobPublic

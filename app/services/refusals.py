@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+    from atlas_jobs._app.lifecycle import JobState
+    from atlas_jobs._app.services.schemas import JobPublic
+    from atlas_jobs._app.transitions import RejectReason
 
 
 def clean_validation_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
@@ -35,6 +42,61 @@ class Refusal(Exception):  # noqa: N818 - a refusal, not a failure
 @dataclass(eq=False)
 class JobNotFound(Refusal):
     """No such job -- or another owner's, which is answered the same way."""
+
+
+@dataclass(eq=False)
+class MoveRefused(Refusal):
+    """A job's action the lifecycle refused: ``transition`` asked of a job in state
+    ``current`` (``job``: its row, ``public``: its status now; both ``None`` when there
+    is no such job, or it is another owner's)."""
+
+    transition: str
+    reason: RejectReason
+    current: JobState | None = None
+    job: Row[Any] | None = None
+    public: JobPublic | None = None
+
+
+@dataclass(eq=False)
+class FourEyesRefused(Refusal):
+    """Four-eyes reviews: an approval by the holder (or key) that submitted the job
+    (``holder``), or by a key naming no holder (``holder_required``)."""
+
+    holder: str | None
+    holder_required: bool = False
+
+
+@dataclass(eq=False)
+class NotAllowed(Refusal):
+    """The caller's role does not allow this action (``detail`` says what it needs)."""
+
+    detail: str
+
+
+@dataclass(eq=False)
+class WebhookNotFound(Refusal):
+    """No such webhook endpoint -- or another owner's, answered the same way."""
+
+
+@dataclass(eq=False)
+class ScheduleNotFound(Refusal):
+    """No such schedule -- or another owner's, answered the same way."""
+
+
+@dataclass(eq=False)
+class TooManySchedules(Refusal):
+    """The owner already has as many schedules as allowed."""
+
+    owner: str
+    count: int
+    limit: int | None
+
+
+@dataclass(eq=False)
+class DownloadGone(Refusal):
+    """The signed download's job or file is no longer available (``detail`` says which)."""
+
+    detail: str
 
 
 @dataclass(eq=False)

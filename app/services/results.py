@@ -1,18 +1,22 @@
-"""Reading a job's result reference: only while its delivery is ``available``."""
+"""Reading a job's result reference, and opening one of its files for a signed
+download: both only while its delivery is ``available``."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.reading import read_status_once
-from atlas_jobs._app.services.refusals import ResultExpired, ResultNotReady
+from atlas_jobs._app.services.refusals import DownloadGone, ResultExpired, ResultNotReady
 from atlas_jobs._app.services.schemas import DeliveryPublic, ResultPublic
-from atlas_jobs._app.services.views import result_files, result_publication
-from atlas_jobs._app.signing import DownloadSigner
+from atlas_jobs._app.services.views import effective_delivery, result_files, result_publication
+from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
+from atlas_jobs._app.storage import PublishedFile, ResultStore
 
 
 async def read_result(
@@ -42,3 +46,27 @@ async def read_result(
         reference={k: v for k, v in (job.result_ref or {}).items() if k != "files"},
         publication=result_publication(job),
     )
+
+
+async def open_download(
+    engine: AsyncEngine, store: ResultStore, grant: DownloadGrant, *, clock: Clock
+) -> PublishedFile:
+    """The published file a verified download grant names; refused
+    (:class:`DownloadGone`) once the delivery is not ``available`` (expired at the
+    boundary, withdrawn), the key that asked for the link was revoked, or the file is
+    not one of the result's."""
+    async with engine.connect() as conn:
+        job = await reads.download_job(
+            conn, grant.job_id, owner=grant.owner, key_id=grant.key_id, now=clock.now()
+        )
+    if job is None or effective_delivery(job) != DeliveryState.AVAILABLE:
+        raise DownloadGone("The result is no longer available")
+    listed = {entry["name"] for entry in (job.result_ref or {}).get("files", [])}
+    found = (
+        await asyncio.to_thread(store.published_file, grant.owner, grant.job_id, grant.name)
+        if grant.name in listed
+        else None
+    )
+    if found is None:
+        raise DownloadGone("The file is no longer available")
+    return found

@@ -1,10 +1,11 @@
 """The status page's routes under ``/ui`` (HTML, left out of the OpenAPI document).
 
-Reads go through the same functions as the API's routers (``reads.list_jobs`` + stage
-rows for a page, ``reads.get_job`` scoped by :func:`~atlas_jobs._app.api.deps.visible_owner`), so a
-page shows what the API shows the same key. The one write -- Cancel -- goes through
-``Transitions.request_cancel``, as ``POST /v1/jobs/{id}/cancel`` does, and its answer
-comes from the row the move returned (read on the same transaction's connection).
+Reads go through the same services as the API's routers (``services.reading.list_jobs``
+for a page, ``services.job_page`` for one job, scoped by
+:func:`~atlas_jobs._app.services.access.visible_owner`), so a page shows what the API
+shows the same key. The one write -- Cancel -- runs the cancel transition as
+``POST /v1/jobs/{id}/cancel`` does, and its answer comes from the row the move returned
+(read on the same transaction's connection).
 """
 
 from __future__ import annotations
@@ -18,24 +19,21 @@ from urllib.parse import parse_qsl, urlencode
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from atlas_jobs._app.api.answers import answer
 from atlas_jobs._app.api.deps import StateDep, request_id
-from atlas_jobs._app.api.errors import ApiError, JobNotFoundError, problem_of
+from atlas_jobs._app.api.errors import ApiError, problem_of
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.apikeys import authenticate, end_session, open_session
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.db.engine import one_snapshot
 from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
 from atlas_jobs._app.services.access import actor_for, visible_owner
+from atlas_jobs._app.services.job_page import cancel_from_page, read_job_page
 from atlas_jobs._app.services.kinds import kinds_view
 from atlas_jobs._app.services.paging import JOB_CURSOR
 from atlas_jobs._app.services.queue import queue_view
-from atlas_jobs._app.services.reading import list_jobs, public_status
-from atlas_jobs._app.services.refusals import Refusal
+from atlas_jobs._app.services.reading import JobFilter, list_jobs
+from atlas_jobs._app.services.refusals import JobNotFound, Refusal
 from atlas_jobs._app.services.schemas import HistoryItem, JobCreateBase, JobPublic, ResultFile
 from atlas_jobs._app.services.views import (
     effective_delivery,
-    history_item,
     result_files,
     result_publication,
 )
@@ -219,7 +217,7 @@ async def _listing(
     wanted_owner = (owner or "").strip() or viewer.principal.owner
     if wanted_owner != viewer.principal.owner and not viewer.is_operator:
         raise UiForbiddenError("Only operators list other owners' jobs")
-    query = reads.JobFilter(
+    query = JobFilter(
         owner=wanted_owner,
         states=list(states),
         kinds=[k for k in kinds if k],
@@ -323,15 +321,17 @@ def view_of(
 
 
 async def read_view(state: ApiState, job_id: uuid.UUID, viewer: Viewer) -> JobView:
-    async with one_snapshot(state.engine) as conn:  # the status and history agree
-        job = await reads.get_job(
-            conn, job_id, owner=visible_owner(viewer.principal), now=state.clock.now()
+    try:
+        found = await read_job_page(
+            state.engine,
+            job_id,
+            owner=visible_owner(viewer.principal),
+            clock=state.clock,
+            history=HISTORY_SHOWN,
         )
-        if job is None:
-            raise UiNotFoundError()
-        status = await public_status(conn, job)
-        rows = await reads.history_tail(conn, job_id, limit=HISTORY_SHOWN)
-    return view_of(state, job, status, [history_item(row) for row in rows], viewer)
+    except JobNotFound:
+        raise UiNotFoundError() from None
+    return view_of(state, found.job, found.status, found.history, viewer)
 
 
 @router.get("/jobs/{job_id}", name="ui-job")
@@ -353,30 +353,23 @@ async def cancel(job_id: str, request: Request, state: StateDep, viewer: Current
     check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
     job_uuid = parse_job_id(job_id)
     principal = viewer.principal
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.request_cancel(
-            conn,
+    try:
+        found = await cancel_from_page(
+            state.engine,
+            state.transitions,
             job_uuid,
             actor=actor_for(principal),
             owner=visible_owner(principal),
             request_id=request_id(),
+            history=HISTORY_SHOWN,
         )
-        reply = await answer(conn, outcome, Response())
-        if isinstance(reply, JobNotFoundError) or outcome.job is None:
-            raise UiNotFoundError()
-        notice: str | None = None
-        status: JobPublic
-        if isinstance(reply, ApiError):  # the cancel lost (recorded); show the winner
-            notice = reply.detail
-            status = await public_status(conn, outcome.job)
-        else:
-            status = reply
-        rows = await reads.history_tail(conn, job_uuid, limit=HISTORY_SHOWN)
+    except JobNotFound:
+        raise UiNotFoundError() from None
+    # A cancel that lost is recorded; the page shows the winner and why.
+    notice = problem_of(found.refused).detail if found.refused is not None else None
     if not is_htmx(request):  # a plain form post: back to the page (post/redirect/get)
         return RedirectResponse(f"/ui/jobs/{job_uuid}", status_code=303)
-    view = view_of(
-        state, outcome.job, status, [history_item(row) for row in rows], viewer, notice=notice
-    )
+    view = view_of(state, found.job, found.status, found.history, viewer, notice=notice)
     return page("panel.html", viewer, view=view)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 from typing import Annotated
 
@@ -14,9 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.errors import UnauthorizedError
 from atlas_jobs._app.api.responses import public_problems
-from atlas_jobs._app.db.migrations import SchemaState, schema_status
 from atlas_jobs._app.metrics import REGISTRY as PROCESS_METRICS
 from atlas_jobs._app.metrics import merged_exposition
+from atlas_jobs._app.services.readiness import database_checks
 from atlas_jobs._app.services.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -44,15 +43,7 @@ async def livez() -> Health:
     },
 )
 async def readyz(state: StateDep) -> Response:
-    checks: dict[str, str] = {}
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS), state.engine.connect() as conn:
-            schema = await schema_status(conn)
-        checks["database"] = "ok"
-        checks["migrations"] = "ok" if schema.state == SchemaState.CURRENT else schema.state.value
-    except Exception as exc:  # unreachable, timed out, or not migrated at all
-        checks["database"] = f"unavailable: {type(exc).__name__}"
-        checks["migrations"] = "unknown"
+    checks = await database_checks(state.engine, within_seconds=READY_TIMEOUT_SECONDS)
     checks["draining"] = "yes" if state.draining else "no"
     ready = checks["database"] == "ok" and checks["migrations"] == "ok" and not state.draining
     body = Health(status="ok" if ready else "not_ready", checks=checks)

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from atlas_jobs._app.api.answers import answer, settle, status_headers, status_response
+from atlas_jobs._app.api.answers import answer, respond, settle, status_headers, status_response
 from atlas_jobs._app.api.deps import (
     CurrentPrincipal,
     EngineDep,
@@ -27,6 +27,7 @@ from atlas_jobs._app.api.longpoll import unless_client_leaves
 from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS
 from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
 from atlas_jobs._app.api.search_schemas import JobListQuery
+from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.access import actor_for, search_scope, visible_owner
 from atlas_jobs._app.services.held_reads import held_status
 from atlas_jobs._app.services.paging import JOB_CURSOR
@@ -266,17 +267,16 @@ async def cancel(
     with the current state (the winner). An optional ``note`` is recorded with the
     cancel (an operator says why)."""
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.request_cancel(
-            conn,
-            job_id,
-            actor=actor_for(principal),
-            owner=visible_owner(principal),
-            request_id=request_id(),
-            note=body.note if body else None,
-        )
-        reply = await answer(conn, outcome, response)
-    return settle(reply)
+    moved = await actions.cancel(
+        state.engine,
+        state.transitions,
+        job_id,
+        actor=actor_for(principal),
+        owner=visible_owner(principal),
+        request_id=request_id(),
+        note=body.note if body else None,
+    )
+    return respond(moved, response)
 
 
 @router.post(

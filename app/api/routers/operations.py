@@ -12,11 +12,11 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from atlas_jobs._app.api.answers import answer, settle
+from atlas_jobs._app.api.answers import respond
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.apikeys import end_sessions
-from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.schemas import (
     JobPublic,
@@ -26,7 +26,6 @@ from atlas_jobs._app.services.schemas import (
     SessionsEnded,
 )
 from atlas_jobs._app.services.views import job_path
-from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -53,15 +52,14 @@ async def resume(
     body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.resume(
-            conn,
-            job_id,
-            actor=Actor(ActorKind.OPERATOR, principal.owner),
-            note=body.note if body else None,
-        )
-        reply = await answer(conn, outcome, response)
-    return settle(reply)
+    moved = await actions.resume(
+        state.engine,
+        state.transitions,
+        job_id,
+        operator=principal.owner,
+        note=body.note if body else None,
+    )
+    return respond(moved, response)
 
 
 @router.post(
@@ -81,16 +79,14 @@ async def fail(
     body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.operator_decide(
-            conn,
-            job_id,
-            decision="fail",
-            actor=Actor(ActorKind.OPERATOR, principal.owner),
-            note=body.note if body else None,
-        )
-        reply = await answer(conn, outcome, response)
-    return settle(reply)
+    moved = await actions.fail(
+        state.engine,
+        state.transitions,
+        job_id,
+        operator=principal.owner,
+        note=body.note if body else None,
+    )
+    return respond(moved, response)
 
 
 @router.post(
@@ -116,15 +112,15 @@ async def replay(
     body: OperatorNote | SkipJsonSchema[None] = None,
 ) -> JobPublic:
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.replay(
-            conn,
-            job_id,
-            actor=Actor(ActorKind.OPERATOR, principal.owner, key_id=principal.key_id),
-            note=body.note if body else None,
-        )
-        reply = await answer(conn, outcome, response)
-    public = settle(reply)
+    moved = await actions.replay(
+        state.engine,
+        state.transitions,
+        job_id,
+        operator=principal.owner,
+        key_id=principal.key_id,
+        note=body.note if body else None,
+    )
+    public = respond(moved, response)
     response.headers["Location"] = job_path(public.id)
     return public
 

@@ -8,7 +8,6 @@ re-checks the delivery state, so an expired result answers 410 even with a valid
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Annotated, Any
 
@@ -17,17 +16,11 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.errors import (
-    BadDownloadSignatureError,
-    DownloadGoneError,
-)
+from atlas_jobs._app.api.errors import BadDownloadSignatureError
 from atlas_jobs._app.api.responses import problems, public_problems
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.results import read_result
+from atlas_jobs._app.services.results import open_download, read_result
 from atlas_jobs._app.services.schemas import ResultPublic
-from atlas_jobs._app.services.views import effective_delivery
 from atlas_jobs._app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
 
 router = APIRouter(prefix="/v1", tags=["results"])
@@ -93,21 +86,7 @@ async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep
     except InvalidDownloadTokenError:
         raise BadDownloadSignatureError() from None
     bind_job(grant.job_id)
-    async with state.engine.connect() as conn:
-        job = await reads.download_job(
-            conn, grant.job_id, owner=grant.owner, key_id=grant.key_id, now=state.clock.now()
-        )
-    if job is None or effective_delivery(job) != DeliveryState.AVAILABLE:
-        # Expired (at the boundary), withdrawn, or the key that asked for it was revoked.
-        raise DownloadGoneError("The result is no longer available")
-    listed = {entry["name"] for entry in (job.result_ref or {}).get("files", [])}
-    found = (
-        await asyncio.to_thread(state.store.published_file, grant.owner, grant.job_id, grant.name)
-        if grant.name in listed
-        else None
-    )
-    if found is None:
-        raise DownloadGoneError("The file is no longer available")
+    found = await open_download(state.engine, state.store, grant, clock=state.clock)
     headers = {"Cache-Control": "private, no-store"}
     if found.path is not None:
         return FileResponse(

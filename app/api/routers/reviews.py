@@ -6,13 +6,12 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from atlas_jobs._app.api.answers import answer, settle
+from atlas_jobs._app.api.answers import respond
 from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.errors import FourEyesError
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.schemas import JobPublic, ReviewCreate, ReviewDecision
-from atlas_jobs._app.transitions import Actor, Approver, SameHandsRefused
+from atlas_jobs._app.transitions import Approver
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
 
@@ -56,26 +55,15 @@ async def create_review(
     four_eyes = (
         Approver(principal.key_id, principal.holder) if state.settings.review_four_eyes else None
     )
-    try:
-        async with state.engine.begin() as conn:
-            outcome = await state.transitions.decide_review(
-                conn,
-                job_id,
-                approve=body.decision == ReviewDecision.APPROVE,
-                actor=Actor(ActorKind.REVIEWER, principal.owner, key_id=principal.key_id),
-                note=body.note,
-                owner=principal.owner if state.settings.review_scope == "owner" else None,
-                four_eyes=four_eyes,
-            )
-            reply = await answer(conn, outcome, response)
-    except SameHandsRefused as refused:
-        if refused.holder_required:
-            raise FourEyesError(
-                "Four-eyes reviews: approve with a key that names its holder"
-            ) from None
-        raise FourEyesError(
-            "Four-eyes reviews: the job was submitted by "
-            + (f"holder {refused.holder!r}" if refused.holder else "this key")
-            + "; another holder must approve it"
-        ) from None
-    return settle(reply)
+    moved = await actions.review(
+        state.engine,
+        state.transitions,
+        job_id,
+        approve=body.decision == ReviewDecision.APPROVE,
+        reviewer=principal.owner,
+        key_id=principal.key_id,
+        note=body.note,
+        owner=principal.owner if state.settings.review_scope == "owner" else None,
+        four_eyes=four_eyes,
+    )
+    return respond(moved, response)

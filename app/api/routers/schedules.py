@@ -9,18 +9,12 @@ processes' scheduler (:mod:`atlas_jobs._workers.scheduler`), exactly once per ti
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
-from atlas_jobs._app.api.errors import (
-    ForbiddenError,
-    InvalidRequestError,
-    ScheduleNotFoundError,
-    TooManySchedulesError,
-)
+from atlas_jobs._app.api.errors import InvalidRequestError
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -32,23 +26,11 @@ from atlas_jobs._app.api.schedule_schemas import (
     SchedulePublic,
 )
 from atlas_jobs._app.apikeys import Principal, Role
-from atlas_jobs._app.db import schedules
-from atlas_jobs._app.scheduling import (
-    Cron,
-    FireRefusal,
-    InvalidScheduleError,
-    MisfirePolicy,
-    OverlapPolicy,
-    check_interval,
-    parse,
-)
+from atlas_jobs._app.scheduling import FireRefusal, MisfirePolicy, OverlapPolicy
+from atlas_jobs._app.services import schedules
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.creation import (
-    check_notify_target,
-    concurrency_of,
-    validated_input,
-)
-from atlas_jobs._app.services.paging import SCHEDULE_CURSOR, fetch_size, page_of
+from atlas_jobs._app.services.creation import concurrency_of, validated_input
+from atlas_jobs._app.services.paging import SCHEDULE_CURSOR
 from atlas_jobs._app.services.schemas import JobCreateBase, Problem
 from atlas_jobs._app.services.views import job_path
 
@@ -111,20 +93,6 @@ def _public(row: Any) -> SchedulePublic:
     )
 
 
-def _cron(expression: str, timezone: str, *, min_interval_seconds: float) -> Cron:
-    """The validated expression: parsed in its zone, and no ticks closer than the
-    minimum interval (``ATLAS_SCHEDULE_MIN_INTERVAL_SECONDS``); 422 naming the field."""
-    try:
-        cron = parse(expression, timezone)
-        check_interval(cron, min_interval_seconds)
-        return cron
-    except InvalidScheduleError as exc:
-        raise InvalidRequestError(
-            exc.message,
-            errors=[{"loc": ["body", exc.field], "msg": exc.message, "type": "invalid_schedule"}],
-        ) from None
-
-
 def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
     spec, normalized = validated_input(body, ("body", "job"))
     _timing(body)
@@ -157,31 +125,6 @@ def _timing(body: JobCreateBase) -> None:
         )
     if errors:
         raise InvalidRequestError("The schedule's job timing is invalid", errors=errors)
-
-
-def _instant(value: str) -> datetime | None:
-    """The instant of ``before`` in UTC; ``None`` when it lies past the last instant a
-    datetime holds (``9999-12-31T23:59:59-01:00``: no bound), ``datetime.min`` (as UTC)
-    when before the first (``0001-01-01T00:00:00+01:00``: nothing is earlier)."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidRequestError(
-            "before is not a valid instant",
-            errors=[{"loc": ["query", "before"], "msg": "not an instant", "type": "datetime"}],
-        ) from None
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        return None if parsed.year == datetime.max.year else datetime.min.replace(tzinfo=UTC)
-
-
-def _owner_for(principal: Principal, requested: str | None) -> str:
-    if requested is None or requested == principal.owner:
-        return principal.owner
-    if not principal.has(Role.OPERATOR):
-        raise ForbiddenError("Only operators may create a schedule for another owner")
-    return requested
 
 
 @router.post(
@@ -218,11 +161,11 @@ async def create_schedule(
     owner is at its cap of unfinished jobs the tick is refused and recorded
     (`refusal: owner_at_capacity` in the fire history, `refused_count` here)."""
     settings = state.settings
-    cron = _cron(
+    cron = schedules.validated_cron(
         body.cron, body.timezone, min_interval_seconds=settings.schedule_min_interval_seconds
     )
     kind, kind_version, job_input = _job(body.job)
-    owner = _owner_for(principal, body.owner)
+    owner = schedules.owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
         owner=owner,
         name=body.name,
@@ -241,21 +184,13 @@ async def create_schedule(
         catch_up_limit=body.catch_up_limit,
         overlap=body.overlap,
     )
-    async with state.engine.begin() as conn:
-        await check_notify_target(conn, owner, body.job.notify, ("body", "job"))
-        row = await schedules.insert(
-            conn,
-            spec,
-            created_by=str(_actor(principal)),
-            clock=state.clock,
-            max_per_owner=settings.schedule_max_per_owner,
-        )
-    if isinstance(row, int):
-        raise TooManySchedulesError(
-            f"{owner} has {row} schedules (limit {settings.schedule_max_per_owner}); "
-            "delete one first",
-            limit=settings.schedule_max_per_owner,
-        )
+    row = await schedules.create(
+        state.engine,
+        spec,
+        created_by=str(_actor(principal)),
+        clock=state.clock,
+        max_per_owner=settings.schedule_max_per_owner,
+    )
     response.headers["Location"] = schedule_path(row.id)
     return _public(row)
 
@@ -283,15 +218,13 @@ async def list_schedules(
     ] = None,
 ) -> SchedulePage:
     """Newest first. Each shows its next and last tick: the operator's view of triggers."""
-    async with state.engine.connect() as conn:
-        rows = await schedules.page(
-            conn,
-            owner=visible_owner(principal),
-            enabled=enabled,
-            before_seq=SCHEDULE_CURSOR.parse(cursor),
-            limit=fetch_size(limit),
-        )
-    found = page_of(rows, limit)
+    found = await schedules.page(
+        state.engine,
+        owner=visible_owner(principal),
+        enabled=enabled,
+        before_seq=SCHEDULE_CURSOR.parse(cursor),
+        limit=limit,
+    )
     return SchedulePage(
         items=[_public(row) for row in found.shown],
         next_cursor=SCHEDULE_CURSOR.after(found, lambda row: row.seq),
@@ -308,11 +241,7 @@ async def list_schedules(
 async def read_schedule(
     schedule_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
 ) -> SchedulePublic:
-    async with state.engine.connect() as conn:
-        row = await schedules.get(conn, schedule_id, owner=visible_owner(principal))
-    if row is None:
-        raise ScheduleNotFoundError()
-    return _public(row)
+    return _public(await schedules.read(state.engine, schedule_id, owner=visible_owner(principal)))
 
 
 @router.patch(
@@ -342,28 +271,17 @@ async def change_schedule(
         changes["job_start_within_seconds"] = body.job.start_within_seconds
         changes["priority"] = body.job.priority
         changes["concurrency_key"] = body.job.concurrency_key
-    owner = visible_owner(principal)
-    async with state.engine.begin() as conn:
-        if body.job is not None and body.job.notify is not None:
-            current = await schedules.get(conn, schedule_id, owner=owner)
-            if current is None:
-                raise ScheduleNotFoundError()
-            await check_notify_target(conn, current.owner, body.job.notify, ("body", "job"))
-        if body.cron is not None or body.timezone is not None:
-            current = await schedules.get(conn, schedule_id, owner=owner)
-            if current is None:
-                raise ScheduleNotFoundError()
-            cron = _cron(
-                body.cron or current.cron,
-                body.timezone or current.timezone,
-                min_interval_seconds=state.settings.schedule_min_interval_seconds,
-            )
-            changes["cron"], changes["timezone"] = cron.expression, cron.timezone
-        row = await schedules.change(
-            conn, schedule_id, owner=owner, changes=changes, clock=state.clock
-        )
-    if row is None:
-        raise ScheduleNotFoundError()
+    row = await schedules.change(
+        state.engine,
+        schedule_id,
+        owner=visible_owner(principal),
+        changes=changes,
+        notify=body.job.notify if body.job is not None else None,
+        cron=body.cron,
+        timezone=body.timezone,
+        min_interval_seconds=state.settings.schedule_min_interval_seconds,
+        clock=state.clock,
+    )
     return _public(row)
 
 
@@ -377,10 +295,7 @@ async def change_schedule(
 async def delete_schedule(
     schedule_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
 ) -> Response:
-    async with state.engine.begin() as conn:
-        removed = await schedules.remove(conn, schedule_id, owner=visible_owner(principal))
-    if not removed:
-        raise ScheduleNotFoundError()
+    await schedules.remove(state.engine, schedule_id, owner=visible_owner(principal))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -401,16 +316,13 @@ async def schedule_fires(
         Query(pattern=INSTANT_PATTERN, description="next_before of the last page (RFC 3339)."),
     ] = None,
 ) -> ScheduleFirePage:
-    async with state.engine.connect() as conn:
-        if await schedules.get(conn, schedule_id, owner=visible_owner(principal)) is None:
-            raise ScheduleNotFoundError()
-        rows = await schedules.fires(
-            conn,
-            schedule_id,
-            before=None if before is None else _instant(before),
-            limit=fetch_size(limit),
-        )
-    found = page_of(rows, limit)
+    found = await schedules.fires(
+        state.engine,
+        schedule_id,
+        owner=visible_owner(principal),
+        before=before,
+        limit=limit,
+    )
     return ScheduleFirePage(
         items=[
             ScheduleFirePublic(

@@ -19,9 +19,9 @@ from atlas_jobs._app.api.scheduling_schemas import (
     SchedulingChangesPublic,
     SchedulingPublic,
 )
-from atlas_jobs._app.db import scheduling_settings
 from atlas_jobs._app.fairness import JOB_KEY_PATTERN
 from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.services import scheduling_settings
 from atlas_jobs._app.transitions import Actor
 
 router = APIRouter(prefix="/v1/scheduling", tags=["scheduling"])
@@ -51,15 +51,13 @@ def _share(row: Any) -> OwnerSharePublic:
 
 @router.get(
     "",
-    name="scheduling",
+    name="settings",
     response_model=SchedulingPublic,
     summary="The shares and concurrency keys in force",
     responses=problems(403),
 )
 async def scheduling(state: StateDep, principal: OperatorPrincipal) -> SchedulingPublic:
-    async with state.engine.connect() as conn:
-        shares = await scheduling_settings.shares(conn)
-        keys = await scheduling_settings.keys(conn)
+    shares, keys = await scheduling_settings.in_force(state.engine)
     return SchedulingPublic(owners=[_share(r) for r in shares], keys=[_key(r) for r in keys])
 
 
@@ -76,14 +74,13 @@ async def set_owner_share(
     principal: OperatorPrincipal,
     owner: str = Path(min_length=1, max_length=200),
 ) -> OwnerSharePublic:
-    async with state.engine.begin() as conn:
-        row = await scheduling_settings.set_share(
-            conn,
-            owner,
-            body.share,
-            actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
-            note=body.note,
-        )
+    row = await scheduling_settings.set_share(
+        state.engine,
+        owner,
+        body.share,
+        actor=Actor(ActorKind.OPERATOR, principal.owner),
+        note=body.note,
+    )
     return _share(row)
 
 
@@ -100,31 +97,29 @@ async def set_key(
     principal: OperatorPrincipal,
     key: str = Path(pattern=KEY_PATH, max_length=201),
 ) -> KeyPublic:
-    async with state.engine.begin() as conn:
-        row = await scheduling_settings.set_key(
-            conn,
-            key,
-            scheduling_settings.KeySetting(
-                body.max_running,
-                None if body.rate is None else body.rate.starts,
-                None if body.rate is None else body.rate.per_seconds,
-            ),
-            actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
-            note=body.note,
-        )
+    row = await scheduling_settings.set_key(
+        state.engine,
+        key,
+        scheduling_settings.KeySetting(
+            body.max_running,
+            None if body.rate is None else body.rate.starts,
+            None if body.rate is None else body.rate.per_seconds,
+        ),
+        actor=Actor(ActorKind.OPERATOR, principal.owner),
+        note=body.note,
+    )
     return _key(row)
 
 
 @router.get(
     "/changes",
-    name="scheduling-changes",
+    name="changes",
     response_model=SchedulingChangesPublic,
     summary="The operators' changes of shares and keys, newest first",
     responses=problems(403),
 )
 async def changes(state: StateDep, principal: OperatorPrincipal) -> SchedulingChangesPublic:
-    async with state.engine.connect() as conn:
-        rows = await scheduling_settings.changes(conn)
+    rows = await scheduling_settings.changes(state.engine)
     return SchedulingChangesPublic(
         items=[
             SchedulingChangePublic(

@@ -14,12 +14,11 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from atlas_jobs._app.api.answers import problem_for
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
+from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.access import actor_for, visible_owner
 from atlas_jobs._app.services.schemas import SignalCreate, SignalPublic
-from atlas_jobs._app.transitions import Rejected
 
 router = APIRouter(prefix="/v1/jobs", tags=["signals"])
 
@@ -48,19 +47,15 @@ async def create_signal(
     response: Response,
 ) -> SignalPublic:
     bind_job(job_id)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.signal(
-            conn,
-            job_id,
-            event_id=body.event_id,
-            actor=actor_for(principal),
-            data=body.data,
-            owner=visible_owner(principal),
-        )
-        problem = await problem_for(conn, outcome) if isinstance(outcome, Rejected) else None
-    if problem is not None:
-        raise problem
-    assert not isinstance(outcome, Rejected)
+    outcome = await actions.signal(
+        state.engine,
+        state.transitions,
+        job_id,
+        event_id=body.event_id,
+        actor=actor_for(principal),
+        data=body.data,
+        owner=visible_owner(principal),
+    )
     record = outcome.record
     if outcome.replayed:
         response.status_code = status.HTTP_200_OK

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.errors import InvalidRequestError, JobNotFoundError, WebhookNotFoundError
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.webhook_schemas import (
     NotificationPage,
@@ -21,12 +20,10 @@ from atlas_jobs._app.api.webhook_schemas import (
     WebhookPublic,
 )
 from atlas_jobs._app.apikeys import Role
-from atlas_jobs._app.db import reads
-from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.services import webhooks as endpoints
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.paging import WEBHOOK_CURSOR, fetch_size, page_of
+from atlas_jobs._app.services.paging import WEBHOOK_CURSOR
 from atlas_jobs._app.services.schemas import Problem
-from atlas_jobs._app.webhooks import UnsafeUrlError, check_url, new_secret
 
 router = APIRouter(prefix="/v1", tags=["webhooks"])
 
@@ -68,25 +65,17 @@ async def create_webhook(
     body: WebhookCreate, state: StateDep, principal: CurrentPrincipal, response: Response
 ) -> WebhookCreated:
     allowed, internal = state.settings.webhook_hosts
-    try:
-        target = await check_url(
-            body.url, allowed_hosts=allowed, internal_hosts=internal, resolve=state.resolve
-        )
-    except UnsafeUrlError as exc:
-        raise InvalidRequestError(
-            str(exc), errors=[{"loc": ["body", "url"], "msg": str(exc), "type": "unsafe_url"}]
-        ) from None
-    secret = new_secret()
     role = "operator" if principal.has(Role.OPERATOR) else "client"
-    async with state.engine.begin() as conn:
-        row = await store.register(
-            conn,
-            owner=principal.owner,
-            url=target.url,
-            secret=secret,
-            description=body.description,
-            created_by=f"{role}:{principal.owner}",
-        )
+    row, secret = await endpoints.register(
+        state.engine,
+        owner=principal.owner,
+        url=body.url,
+        description=body.description,
+        created_by=f"{role}:{principal.owner}",
+        allowed_hosts=allowed,
+        internal_hosts=internal,
+        resolve=state.resolve,
+    )
     response.headers["Location"] = webhook_path(row.id)
     return WebhookCreated(**_public(row).model_dump(), secret=secret)
 
@@ -107,14 +96,12 @@ async def list_webhooks(
         Query(pattern=WEBHOOK_CURSOR.pattern, description="next_cursor of the last page."),
     ] = None,
 ) -> WebhookPage:
-    async with state.engine.connect() as conn:
-        rows = await store.page(
-            conn,
-            owner=visible_owner(principal),
-            before_seq=WEBHOOK_CURSOR.parse(cursor),
-            limit=fetch_size(limit),
-        )
-    found = page_of(rows, limit)
+    found = await endpoints.page(
+        state.engine,
+        owner=visible_owner(principal),
+        before_seq=WEBHOOK_CURSOR.parse(cursor),
+        limit=limit,
+    )
     return WebhookPage(
         items=[_public(row) for row in found.shown],
         next_cursor=WEBHOOK_CURSOR.after(found, lambda row: row.seq),
@@ -131,11 +118,7 @@ async def list_webhooks(
 async def read_webhook(
     webhook_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
 ) -> WebhookPublic:
-    async with state.engine.connect() as conn:
-        row = await store.get(conn, webhook_id, owner=visible_owner(principal))
-    if row is None:
-        raise WebhookNotFoundError()
-    return _public(row)
+    return _public(await endpoints.read(state.engine, webhook_id, owner=visible_owner(principal)))
 
 
 @router.delete(
@@ -148,10 +131,7 @@ async def read_webhook(
 async def delete_webhook(
     webhook_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
 ) -> Response:
-    async with state.engine.begin() as conn:
-        removed = await store.remove(conn, webhook_id, owner=visible_owner(principal))
-    if not removed:
-        raise WebhookNotFoundError()
+    await endpoints.remove(state.engine, webhook_id, owner=visible_owner(principal))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -166,10 +146,7 @@ async def job_notifications(
     job_id: uuid.UUID, state: StateDep, principal: CurrentPrincipal
 ) -> NotificationPage:
     bind_job(job_id)
-    async with state.engine.connect() as conn:
-        if await reads.get_job(conn, job_id, owner=visible_owner(principal)) is None:
-            raise JobNotFoundError()
-        rows = await store.deliveries_of(conn, job_id)
+    rows = await endpoints.deliveries(state.engine, job_id, owner=visible_owner(principal))
     return NotificationPage(
         items=[
             NotificationPublic(

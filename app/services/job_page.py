@@ -1,0 +1,75 @@
+"""A job as the status page shows it: its status and the last of its history read
+together, and a cancel answered with the same (the winner's, when the cancel lost)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.engine import one_snapshot
+from atlas_jobs._app.services.actions import settled
+from atlas_jobs._app.services.reading import public_status
+from atlas_jobs._app.services.refusals import JobNotFound, MoveRefused
+from atlas_jobs._app.services.schemas import HistoryItem, JobPublic
+from atlas_jobs._app.services.views import history_item
+from atlas_jobs._app.transitions import Actor, Transitions
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """The job row, its status, its last history items (oldest first), and the refusal
+    of the action asked on the page, if it was refused (then the status is the
+    winner's)."""
+
+    job: Row[Any]
+    status: JobPublic
+    history: list[HistoryItem]
+    refused: MoveRefused | None = None
+
+
+async def _history(conn: AsyncConnection, job_id: uuid.UUID, limit: int) -> list[HistoryItem]:
+    return [history_item(row) for row in await reads.history_tail(conn, job_id, limit=limit)]
+
+
+async def read_job_page(
+    engine: AsyncEngine, job_id: uuid.UUID, *, owner: str | None, clock: Clock, history: int
+) -> JobPage:
+    """The status and the last ``history`` items from one snapshot (they agree)."""
+    async with one_snapshot(engine) as conn:
+        job = await reads.get_job(conn, job_id, owner=owner, now=clock.now())
+        if job is None:
+            raise JobNotFound()
+        status = await public_status(conn, job)
+        return JobPage(job, status, await _history(conn, job_id, history))
+
+
+async def cancel_from_page(
+    engine: AsyncEngine,
+    transitions: Transitions,
+    job_id: uuid.UUID,
+    *,
+    actor: Actor,
+    owner: str | None,
+    request_id: str | None,
+    history: int,
+) -> JobPage:
+    """Cancel, answered with the status and last ``history`` items in the cancel's
+    transaction; a cancel that lost is recorded and answered with the winner."""
+    async with engine.begin() as conn:
+        outcome = await transitions.request_cancel(
+            conn, job_id, actor=actor, owner=owner, request_id=request_id
+        )
+        found = await settled(conn, outcome)
+        if isinstance(found, MoveRefused):
+            if found.public is None or found.job is None:
+                raise JobNotFound()
+            return JobPage(
+                found.job, found.public, await _history(conn, job_id, history), refused=found
+            )
+        return JobPage(found.job, found.public, await _history(conn, job_id, history))

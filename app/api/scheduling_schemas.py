@@ -26,10 +26,12 @@ class OwnerShareSet(StrictModel):
 
 
 class OwnerSharePublic(BaseModel):
-    owner: str
-    share: int
+    """An owner's share of the fair share, as an operator set it."""
+
+    owner: str = Field(description="The owner whose lanes the share weighs.")
+    share: int = Field(description="The owner's weight in the fair share (the default is 1).")
     updated_by: str = Field(description="The operator who set it.")
-    updated_at: datetime
+    updated_at: datetime = Field(description="When it was last set.")
 
 
 class RateSet(StrictModel):
@@ -54,34 +56,51 @@ class KeySet(StrictModel):
 
 
 class KeyPublic(BaseModel):
-    key: str
+    """A concurrency key: its limits, its start rate and how many of its jobs run now."""
+
+    key: str = Field(
+        description="The concurrency key: a kind's key, or a job's key under it "
+        "(`press/customer-7`)."
+    )
     declared_limit: int | None = Field(description="The limit its kind declared.")
     max_running: int | None = Field(description="An operator's limit, which wins.")
     running: int = Field(description="Jobs of the key running now.")
     rate: int | None = Field(description="Starts allowed per `per_seconds`.")
-    per_seconds: float | None
-    updated_by: str | None
-    updated_at: datetime | None
+    per_seconds: float | None = Field(
+        description="The period of the start rate, in seconds (null: no rate)."
+    )
+    updated_by: str | None = Field(
+        description="The operator who last set it (null: no operator has)."
+    )
+    updated_at: datetime | None = Field(
+        description="When an operator last set it (null: no operator has)."
+    )
 
 
 class SchedulingPublic(BaseModel):
     """The settings in force: shares set by operators (every other owner has 1) and the
     concurrency keys known (named by a job, or set by an operator)."""
 
-    owners: list[OwnerSharePublic]
-    keys: list[KeyPublic]
+    owners: list[OwnerSharePublic] = Field(
+        description="The shares operators set, by owner; every other owner has share 1."
+    )
+    keys: list[KeyPublic] = Field(description="The concurrency keys known, by key.")
 
 
 class SchedulingChangePublic(BaseModel):
-    seq: int
-    at: datetime
+    """One operator's change of a share or a concurrency key, as recorded."""
+
+    seq: int = Field(description="The change's number: a later change has a higher one.")
+    at: datetime = Field(description="When the change was made.")
     actor: str = Field(description="Who changed it (`operator:<owner>`).")
     setting: str = Field(description="`owner_share` or `concurrency_key`.")
     subject: str = Field(description="The owner or the key.")
     before: dict[str, Any] | None = Field(description="The values before (null: defaults).")
-    after: dict[str, Any] | None
-    note: str | None
+    after: dict[str, Any] | None = Field(description="The values set by the change.")
+    note: str | None = Field(description="Why, as the operator said (null: no note).")
 
 
 class SchedulingChangesPublic(BaseModel):
-    items: list[SchedulingChangePublic]
+    """The operators' changes of shares and concurrency keys."""
+
+    items: list[SchedulingChangePublic] = Field(description="The latest 100 changes, newest first.")

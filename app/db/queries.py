@@ -150,9 +150,9 @@ created AS (
 # it created (the 202's body and headers; the id to link a schedule's fire or a webhook
 # to): not the input it sent nor the empty result reference, documents the client would
 # decode for nothing. (The figures: docs/performance.md, "Figures behind the code".)
-# An untagged shape answers without ``tags`` (the status shows none).
+# Every shape answers them all, ``tags`` included (an untagged shape only binds none).
 def _status_columns(tagged: bool) -> tuple[Any, ...]:
-    return tuple(c for c in JOB_STATUS_COLUMNS if tagged or c.name != "tags")
+    return JOB_STATUS_COLUMNS
 
 
 def _created_columns(tagged: bool) -> tuple[Any, ...]:

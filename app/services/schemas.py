@@ -20,9 +20,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictInt,
     create_model,
     field_validator,
+    model_serializer,
 )
 
 from atlas_jobs._app.fairness import DEFAULT_PRIORITY, JOB_KEY_PATTERN, MAX_PRIORITY, MIN_PRIORITY
@@ -440,6 +442,14 @@ class WaitingForPublic(BaseModel):
     message: str = Field(
         description="One line for people.", examples=["no live worker serves atlas.bundle@1"]
     )
+
+    # Unannotated on purpose: with a return type the document would describe that type,
+    # without one it keeps describing this model.
+    @model_serializer(mode="wrap")
+    def _fields_of_its_reason(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Only the fields of its reason: a member another reason carries is left out
+        rather than sent as null."""
+        return {name: value for name, value in handler(self).items() if value is not None}
 
 
 class JobLinks(BaseModel):

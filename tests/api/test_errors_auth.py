@@ -64,7 +64,7 @@ async def test_unknown_kind_and_invalid_input_are_422_and_store_nothing(
     assert_problem(missing, 422, "invalid-request")
     not_an_object = await client.post("/v1/jobs", json=[1, 2], headers=keys.a)
     assert_problem(not_an_object, 422, "invalid-request")
-    extra_top = await client.post("/v1/jobs", json={**BUNDLE, "priority": 9}, headers=keys.a)
+    extra_top = await client.post("/v1/jobs", json={**BUNDLE, "colour": "blue"}, headers=keys.a)
     assert_problem(extra_top, 422, "invalid-request")
     listing = await client.get("/v1/jobs", headers=keys.a)
     assert listing.json()["items"] == []

@@ -197,17 +197,6 @@ async def test_a_queued_job_no_live_worker_serves_says_so_wherever_its_status_is
     waiting = {
         "reason": "no_worker",
         "kind": "thumbnail.render@2",
-        "by": None,  # the pause's members (reason paused)
-        "at": None,
-        "note": None,
-        "run_at": None,
-        "start_by": None,
-        "key": None,  # the scheduling reasons' members
-        "limit": None,
-        "running": None,
-        "ahead_of_you": None,
-        "estimate": None,
-        "queue_age_seconds": None,
         "message": "no live worker serves thumbnail.render@2",
     }
 

@@ -245,16 +245,19 @@ def test_settled_states_and_hand_overs_fit_the_table() -> None:
 
 
 def test_the_claims_writes_come_from_its_declaration() -> None:
-    """The claim statement is the named selection followed by what the executor
-    generates from the ``claim`` declaration: the target and reason, the new attempt, the
-    lease, the attempts row and the history row."""
+    """The claim statement is the lanes' lead (which lanes, which keys) and the named
+    selection, followed by what the executor generates from the ``claim`` declaration: the
+    target and reason, the new attempt, the lease, the attempts row and the history row."""
     from atlas_jobs._app.db import moves, queries
 
     claim = TRANSITIONS["claim"]
-    writes = moves.selected_writes(TransitionName.CLAIM, queries.CLAIM_SELECTION)
+    writes = moves.selected_writes(
+        TransitionName.CLAIM, queries.CLAIM_SELECTION, lead=queries.CLAIM_LEAD
+    )
     for statement in (queries.CLAIM.text, queries.CLAIM_TO_RUN.element.text):
         assert statement.startswith(writes)
         assert queries.CLAIM_SELECTION in statement
+        assert queries.CLAIM_LEAD.strip() in statement
     assert f"state = '{claim.target(JobState.QUEUED)}'" in writes
     assert f"reason = '{claim.reason_for(JobState.RUNNING)}'" in writes
     assert "current_attempt_id = atlas_uuid_v7()" in writes

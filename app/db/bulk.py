@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, func, select, text, true
+from sqlalchemy import ColumnElement, Row, and_, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
-from atlas_jobs._app.db.reads import JobFilter, job_conditions
+from atlas_jobs._app.db.reads import JobFilter, job_conditions, single_owner
 from atlas_jobs._app.db.schema import bulk_operations, jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import BulkOperationState
@@ -216,10 +216,17 @@ async def preview(
     rows = await conn.execute(
         select(jobs, func.now().label("observed_at"))
         .where(and_(true(), *conditions))
-        .order_by(jobs.c.seq.desc())
+        .order_by(*_in_seq_order(page, descending=True))
         .limit(sample)
     )
     return count, list(rows.all())
+
+
+def _in_seq_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any], ...]:
+    """``seq`` order, with one owner's jobs in ``(owner, seq)`` order so that
+    ``ix_jobs_owner_seq`` gives it (see :func:`~atlas_jobs._app.db.reads.single_owner`)."""
+    columns = (jobs.c.seq,) if single_owner(page) is None else (jobs.c.owner, jobs.c.seq)
+    return tuple(c.desc() if descending else c.asc() for c in columns)
 
 
 async def preview_ids(
@@ -248,7 +255,7 @@ async def filter_batch(
             jobs.c.seq > after_seq,
             jobs.c.seq <= through_seq,
         )
-        .order_by(jobs.c.seq)
+        .order_by(*_in_seq_order(page, descending=False))
         .limit(limit)
     )
     return list(rows.all())

@@ -377,6 +377,22 @@ class JobFilter:
     limit: int = 20
 
 
+def single_owner(page: JobFilter) -> str | None:
+    """The one owner a filter selects, if it selects exactly one."""
+    if page.owner is not None:
+        return page.owner
+    return page.owners[0] if len(set(page.owners)) == 1 else None
+
+
+def _one_owner(owner: str) -> list[ColumnElement[bool]]:
+    """``owner = :owner`` written as the closed range ``[owner, owner]``: the same rows,
+    but the planner keeps ``owner`` in the listing's ``ORDER BY owner, seq`` (an
+    equality would make it a constant and drop it), so only ``ix_jobs_owner_seq`` gives
+    that order. A backward walk of the every-owner index ``ix_jobs_seq``, filtering
+    other owners' rows until a page is found, is never chosen for one owner's page."""
+    return [jobs.c.owner >= owner, jobs.c.owner <= owner]
+
+
 def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
     """The WHERE of a filter, shaped for the search indexes: states are literals (from
     the lifecycle's vocabulary, never input) so the planner can prove the partial index
@@ -384,12 +400,11 @@ def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
     and one owner is an equality (``ix_jobs_owner_seq``)."""
     conditions: list[ColumnElement[bool]] = []
     owners = sorted({*page.owners, *([page.owner] if page.owner is not None else [])})
-    if page.owner is not None:
-        conditions.append(jobs.c.owner == page.owner)
-        if page.owners and page.owner not in page.owners:
+    only = single_owner(page)
+    if only is not None:
+        conditions.extend(_one_owner(only))
+        if page.owner is not None and page.owners and page.owner not in page.owners:
             conditions.append(literal(False))
-    elif len(owners) == 1:
-        conditions.append(jobs.c.owner == owners[0])
     elif owners:
         conditions.append(jobs.c.owner.in_(owners))
     if page.states:
@@ -423,16 +438,24 @@ async def list_jobs(
     under inserts: a new job has a larger ``seq`` than every page already read).
 
     Fetches ``limit + 1`` rows so the caller knows whether another page exists."""
+    rows = await conn.execute(
+        listing_query(
+            page, select(jobs, (now if now is not None else func.now()).label("observed_at"))
+        )
+    )
+    return list(rows.all())
+
+
+def listing_query(page: JobFilter, columns: Select[Any]) -> Select[Any]:
+    """``columns`` narrowed to a listing's page: the filter, the cursor, newest first (one
+    owner's page in ``(owner, seq)`` order: ``ix_jobs_owner_seq``, read backwards)."""
     conditions = job_conditions(page)
     if page.before_seq is not None:
         conditions.append(jobs.c.seq < page.before_seq)
-    rows = await conn.execute(
-        select(jobs, (now if now is not None else func.now()).label("observed_at"))
-        .where(and_(true(), *conditions))
-        .order_by(jobs.c.seq.desc())
-        .limit(page.limit + 1)
-    )
-    return list(rows.all())
+    order: tuple[ColumnElement[Any], ...] = (jobs.c.seq.desc(),)
+    if single_owner(page) is not None:
+        order = (jobs.c.owner.desc(), jobs.c.seq.desc())
+    return columns.where(and_(true(), *conditions)).order_by(*order).limit(page.limit + 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db.engine import single_statements
-from atlas_jobs._app.db.reads import JobFilter, list_jobs
+from atlas_jobs._app.db.reads import JobFilter, list_jobs, listing_query
 from atlas_jobs._app.db.schema import jobs
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 
@@ -45,12 +45,7 @@ async def test_the_listing_walks_the_owner_index_backwards_and_pages_by_seq(
         await conn.execute(text("ANALYZE jobs"))
 
     page = JobFilter(owner="globex", before_seq=12_000, limit=20)
-    query = (
-        select(jobs.c.id)
-        .where(jobs.c.owner == page.owner, jobs.c.seq < page.before_seq)
-        .order_by(jobs.c.seq.desc())
-        .limit(page.limit + 1)
-    )
+    query = listing_query(page, select(jobs.c.id))
     async with engine.connect() as conn:
         compiled = query.compile(conn.sync_engine, compile_kwargs={"literal_binds": True})
         raw = (await conn.execute(text(f"EXPLAIN (FORMAT JSON) {compiled}"))).scalar_one()

@@ -51,6 +51,17 @@ ARGUMENTS: dict[str, str] = {
     "actor": "'worker:w-generic'",
     "keep_seconds": "0.0",
 }
+# Waiting jobs (review), deadlines ahead: with none at all, EXPIRED_WAITS' two partial
+# indexes over waiting rows are both empty and the planner's choice between the bounded
+# walk of ix_jobs_wait_deadline and a Sort of every waiting job read on ix_jobs_attention
+# is a tie that ANALYZE's sample decides. With some, only the walk stops at the LIMIT.
+BULK_WAITING = text("""
+INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
+                  max_elapsed_seconds, wait_deadline_at, wait_on_deadline)
+SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'waiting', 'review', 3, 600,
+       now() + make_interval(secs => 3600 + g), 'fail'
+  FROM generate_series(1, :n) AS g
+""")
 
 
 @pytest.fixture
@@ -58,6 +69,7 @@ async def large_queue(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 50_000})
         await conn.execute(BULK_FINISHED, {"n": 5_000})
+        await conn.execute(BULK_WAITING, {"n": 1_000})
         await conn.execute(text("ANALYZE jobs"))
 
 

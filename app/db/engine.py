@@ -240,8 +240,8 @@ async def one_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 
 WORKER_SESSION_SETTINGS: dict[str, str] = {
-    # The claim walks ix_jobs_claimable in (available_at, seq) order and stops after
-    # LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next
+    # The claim walks its lanes (claim_lanes) and, per lane, ix_jobs_lanes in priority,
+    # available_at, seq order, stopping after LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next
     # ANALYZE) the planner prefers a bitmap scan that visits EVERY entry of the index --
     # including the dead ones of jobs claimed since the last vacuum -- and sorts them.
     # Bitmap scans also never mark dead index entries as killed, so the cost keeps

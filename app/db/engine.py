@@ -241,13 +241,13 @@ async def one_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 WORKER_SESSION_SETTINGS: dict[str, str] = {
     # The claim walks its lanes (claim_lanes) and, per lane, ix_jobs_lanes in priority,
-    # available_at, seq order, stopping after LIMIT rows. With stale statistics (a bulk enqueue before autovacuum's next
-    # ANALYZE) the planner prefers a bitmap scan that visits EVERY entry of the index --
-    # including the dead ones of jobs claimed since the last vacuum -- and sorts them.
-    # Bitmap scans also never mark dead index entries as killed, so the cost keeps
-    # growing. Every
-    # query a worker runs is a primary-key lookup or an ordered walk of a partial index,
-    # so worker sessions simply do without bitmap scans.
+    # available_at, seq order, stopping after LIMIT rows. With stale statistics (a bulk
+    # enqueue before autovacuum's next ANALYZE) the planner prefers a bitmap scan that
+    # visits EVERY entry of the index -- including the dead ones of jobs claimed since
+    # the last vacuum -- and sorts them. Bitmap scans also never mark dead index entries
+    # as killed, so the cost keeps growing. Every query a worker runs is a primary-key
+    # lookup or an ordered walk of a partial index, so worker sessions simply do without
+    # bitmap scans.
     "enable_bitmapscan": "off",
     # Prepared statements run on their generic plan, never re-planned. With its LIMIT a
     # parameter, the claim's generic plan is costed for a fraction of the queued rows, so

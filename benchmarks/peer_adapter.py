@@ -35,6 +35,11 @@ claims come back full; it claims up to ``min(C + prefetch, 100)`` jobs per state
 The event loop is the worker process's (:mod:`atlas_jobs._workers.eventloop`: uvloop).
 Logging is the project's (``configure_logging``) at ``ATLAS_LOG_LEVEL`` (WARNING unless
 set: the peers log nothing per job either).
+
+``BENCH_EXPERIMENT_SQL``, when set, runs once on the freshly migrated database before
+anything is timed: an A/B of a schema choice without a migration (``DROP INDEX ...``), or
+``ALTER DATABASE ... SET log_min_duration_statement = 0`` to sum the server time of each
+statement from the server's log.
 """
 
 from __future__ import annotations
@@ -524,6 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
 async def run(args: argparse.Namespace, url: str, data_dir: Path) -> dict[str, Any]:
     await reset_database(url)
     await asyncio.to_thread(migrate, url)
+    if experiment := os.environ.get("BENCH_EXPERIMENT_SQL"):
+        conn = await asyncpg.connect(libpq_url(url))
+        try:
+            await conn.execute(experiment)
+        finally:
+            await conn.close()
     settings = Settings(DATABASE_URL=url, data_dir=data_dir)
     atlas = Atlas(url, settings)
     try:

@@ -46,7 +46,7 @@ run: $(RUNTIME_STAMP) ## Migrate and serve the API + workers (embedded PostgreSQ
 	@ATLAS_WEBHOOK_INTERNAL_HOSTS="$${ATLAS_WEBHOOK_INTERNAL_HOSTS-localhost}" $(BIN)/atlas-jobs serve
 
 test: lint ## Lint, then run the whole suite against a real PostgreSQL
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 test-pg15: $(STAMP) ## The suite against a throwaway system PostgreSQL 15 (Debian binaries)
 	scripts/test-on-postgres.sh 15 $(PYTEST_ARGS)

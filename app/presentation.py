@@ -214,7 +214,8 @@ def present(
     ``now`` decides whether a published result has passed its ``expires_at`` (default:
     the wall clock); ``result`` is the job's result reference (``GET .../result``) when
     the caller has read it: a result without files then reads as finished with its
-    reference, not as a download.
+    reference, not as a download. Without it (a listing's row), the status's
+    ``delivery.files`` and ``delivery.destination`` say the same, without the receipt.
     """
     if observation == Observation.STOPPED:
         return Presentation("Stopped watching; the job continues", False)
@@ -226,7 +227,8 @@ def present(
 
     state = status.get("state")
     reason = status.get("reason")
-    delivery = (status.get("delivery") or {}).get("state")
+    published = status.get("delivery") or {}
+    delivery = published.get("state")
     if state == "queued":
         return Presentation(_queued_label(status, now or datetime.now(UTC)), False)
     if state == "running":
@@ -246,6 +248,11 @@ def present(
         if delivery == "available":
             if result is not None and not result.get("files"):
                 return Presentation(finished_without_files(result), False)
+            if result is None and published.get("files") == 0:
+                # A listing's row: the status says what the result holds, not its receipt.
+                where = published.get("destination")
+                reference = {"publication": {"destination": where}} if where else {}
+                return Presentation(finished_without_files(reference), False)
             return Presentation("Ready — download", True)
         return Presentation("Finished", False)
     if state == "failed":

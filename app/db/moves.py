@@ -303,7 +303,10 @@ _EFFECTS: dict[Effect, str] = {
     Effect.UNCHARGE: "charged_attempts = greatest(j.charged_attempts - 1, 0)",
     Effect.NEW_BUDGET: f"charged_attempts = 0, budget_started_at = {NOW}",
     Effect.RESULT: (
-        f"result_ref = i.result_ref, delivery_expires_at = {NOW} + make_interval(secs => i.seconds)"
+        "result_ref = i.result_ref, "
+        "result_files = jsonb_array_length(i.result_ref -> 'files'), "
+        "result_destination = i.result_ref -> 'publication' ->> 'destination', "
+        f"delivery_expires_at = {NOW} + make_interval(secs => i.seconds)"
     ),
     Effect.CANCEL_MARK: (
         f"cancel = jsonb_build_object('requested_at', {NOW}, 'requested_by', CAST(:actor AS text))"

@@ -135,6 +135,11 @@ jobs = Table(
     Column("delivery_state", Text, nullable=False, server_default=text("'none'")),
     Column("delivery_expires_at", TZ),
     Column("result_ref", JSONB),
+    # What the status says of a published result without reading ``result_ref`` (which
+    # can be large): how many files it holds and where the kind's publish step published
+    # it (``result_ref.publication.destination``). Written with ``result_ref``.
+    Column("result_files", Integer),
+    Column("result_destination", Text),
     Column("replay_of", UUID(as_uuid=True), ForeignKey("jobs.id")),
     Column("request_id", Text),
     Column("idempotency_key", Text),
@@ -192,6 +197,8 @@ JOB_STATUS_COLUMNS = tuple(
         "current_stage",
         "delivery_state",
         "delivery_expires_at",
+        "result_files",
+        "result_destination",
         "replay_of",
         "run_at",
         "start_by",

@@ -13,7 +13,7 @@ from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.reading import read_status_once
 from atlas_jobs._app.services.refusals import DownloadGone, ResultExpired, ResultNotReady
-from atlas_jobs._app.services.schemas import DeliveryPublic, ResultPublic
+from atlas_jobs._app.services.schemas import ResultPublic
 from atlas_jobs._app.services.views import effective_delivery, result_files, result_publication
 from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
 from atlas_jobs._app.storage import PublishedFile, ResultStore
@@ -41,7 +41,7 @@ async def read_result(
         raise ResultNotReady(public.state.value, delivery.value)
     return ResultPublic(
         job_id=job.id,
-        delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
+        delivery=public.delivery,
         files=result_files(job, signer, key_id, base_url),
         reference={k: v for k, v in (job.result_ref or {}).items() if k != "files"},
         publication=result_publication(job),

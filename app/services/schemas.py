@@ -365,6 +365,17 @@ class DeliveryPublic(BaseModel):
         "the result and its download links answer 410). The execution state stays "
         "`succeeded`."
     )
+    files: int | None = Field(
+        default=None,
+        description="How many files the published result holds (0: the job published none, "
+        "e.g. it published to a destination instead); null until a result is published.",
+    )
+    destination: str | None = Field(
+        default=None,
+        description="Where the kind's publish step published the result (the result's "
+        "`publication.destination`); null when it published files only, or before a result "
+        "is published.",
+    )
 
 
 class CancelPublic(BaseModel):

@@ -246,7 +246,12 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
                 {"name": s.name, "unit": s.unit, "done": s.done, "total": s.total} for s in stages
             ],
         },
-        "delivery": {"state": delivery, "expires_at": job.delivery_expires_at},
+        "delivery": {
+            "state": delivery,
+            "expires_at": job.delivery_expires_at,
+            "files": job.result_files,
+            "destination": job.result_destination,
+        },
         "error": _error(job.error),
         "cancel": _cancel(job.cancel),
         "tags": list(getattr(job, "tags", None) or ()),

@@ -53,6 +53,7 @@ async def test_available_result_lists_files_with_signed_urls_that_download(
     await driver.succeed(job_id, "alice", FILES)
     status = (await client.get(f"/v1/jobs/{job_id}", headers=keys.a)).json()
     assert status["delivery"]["state"] == "available"
+    assert (status["delivery"]["files"], status["delivery"]["destination"]) == (len(FILES), None)
     assert status["links"]["result"] == f"/v1/jobs/{job_id}/result"
 
     response = await client.get(f"/v1/jobs/{job_id}/result", headers=keys.a)

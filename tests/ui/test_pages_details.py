@@ -99,14 +99,15 @@ async def test_the_layout_links_the_api_docs_and_a_favicon(app: FastAPI, keys: K
         assert 'href="/ui/submit"' in jobs.text
 
 
-async def test_a_result_without_files_reads_as_finished_on_its_page(
-    app: FastAPI,
+async def _publish(
     client: httpx.AsyncClient,
     keys: Keys,
     driver: Driver,
     transitions: Transitions,
     engine: AsyncEngine,
-) -> None:
+    result_ref: dict[str, object],
+) -> str:
+    """A job of alice's, claimed and published with ``result_ref`` by hand."""
     job_id = await create_job(client, keys.alice)
     job = uuid.UUID(job_id)
     attempt = await driver.claim(job)
@@ -118,11 +119,49 @@ async def test_a_result_without_files_reads_as_finished_on_its_page(
     async with engine.begin() as conn:
         assert await transitions.lock_for_publication(conn, job, attempt)
         published = await transitions.publish(
-            conn, job, attempt, result_ref={"files": []}, ttl_seconds=60, actor=WORKER
+            conn, job, attempt, result_ref=result_ref, ttl_seconds=60, actor=WORKER
         )
         assert published.ok
+    return job_id
+
+
+async def test_a_result_without_files_reads_as_finished_on_its_page_and_in_the_list(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    transitions: Transitions,
+    engine: AsyncEngine,
+) -> None:
+    bare = await _publish(client, keys, driver, transitions, engine, {"files": []})
+    receipt = {
+        "destination": "press",
+        "operation_id": str(uuid.uuid4()),
+        "settled": "confirmed",
+        "receipt": {"id": "R-12"},
+    }
+    pressed = await _publish(
+        client, keys, driver, transitions, engine, {"files": [], "publication": receipt}
+    )
+    # The status says what the result holds, so a row needs no read of the result.
+    statuses = {
+        job: (await client.get(f"/v1/jobs/{job}", headers=keys.a)).json()["delivery"]
+        for job in (bare, pressed)
+    }
+    assert {k: statuses[bare][k] for k in ("state", "files", "destination")} == {
+        "state": "available",
+        "files": 0,
+        "destination": None,
+    }
+    assert (statuses[pressed]["files"], statuses[pressed]["destination"]) == (0, "press")
     async with browser(app) as alice:
         await log_in(alice, keys.alice)
-        page = (await alice.get(f"/ui/jobs/{job_id}")).text
+        page = (await alice.get(f"/ui/jobs/{bare}")).text
+        pressed_page = (await alice.get(f"/ui/jobs/{pressed}")).text
+        listing = (await alice.get("/ui/jobs")).text
     assert 'data-testid="label">Finished (no files)<' in page
     assert "Ready — download" not in page
+    assert 'data-testid="label">Finished — published to press, receipt R-12<' in pressed_page
+    assert "Finished (no files)" in listing
+    assert "Finished — published to press" in listing
+    assert "Ready — download" not in listing

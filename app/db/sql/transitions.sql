@@ -863,7 +863,7 @@ WITH input AS (
            lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
            worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
            delivery_state = 'available',
-           result_ref = i.result_ref, delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
+           result_ref = i.result_ref, result_files = jsonb_array_length(i.result_ref -> 'files'), result_destination = i.result_ref -> 'publication' ->> 'destination', delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
       FROM locked JOIN input AS i ON i.job_id = locked.id
      WHERE j.id = locked.id
        -- The row as locked is the row as updated (see Executor.apply).
@@ -909,7 +909,7 @@ WITH input AS (
            lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
            worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
            delivery_state = 'available',
-           result_ref = i.result_ref, delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
+           result_ref = i.result_ref, result_files = jsonb_array_length(i.result_ref -> 'files'), result_destination = i.result_ref -> 'publication' ->> 'destination', delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
       FROM locked JOIN input AS i ON i.job_id = locked.id
      WHERE j.id = locked.id
        -- The row as locked is the row as updated (see Executor.apply).
@@ -2139,7 +2139,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2148,7 +2148,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
 
 -- name: create_batch
 -- create: new queued jobs and their history rows; a batch, bound as arrays.
@@ -2180,7 +2180,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2189,7 +2189,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
 
 -- name: create_batch_tagged
 -- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
@@ -2221,7 +2221,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2230,7 +2230,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
 
 -- name: create_admitted_one
 -- create_admitted: create under the owner's admission cap; one job, bound as scalars.
@@ -2262,7 +2262,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2271,7 +2271,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch
@@ -2308,7 +2308,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2317,7 +2317,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_admitted_batch_tagged
@@ -2354,7 +2354,7 @@ created AS (
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
      ORDER BY ord
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data)
@@ -2363,7 +2363,7 @@ created AS (
            i.data
       FROM input AS i
 )
-SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
+SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;
 
 -- name: create_keyed_one
@@ -2411,7 +2411,7 @@ created AS (
                       COALESCE(input.start_by,
                                (now() + make_interval(secs => :clock_offset)) + make_interval(secs => input.start_within)) AS start_by
            ) AS when_
- RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
+ RETURNING id, kind, kind_version, state, reason, version, created_at, updated_at, finished_at, available_at, attempt, max_attempts, lease_expires_at, heartbeat_at, last_error, error, cancel, wait_deadline_at, wait_on_deadline, plan_revision, current_stage, delivery_state, delivery_expires_at, result_files, result_destination, replay_of, run_at, start_by, owner, priority, concurrency_key, tags, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
     INSERT INTO job_history (job_id, at, transition, from_state, to_state, reason, actor,
                              event_id, note, data, key_id)
@@ -2421,7 +2421,7 @@ created AS (
            CAST(:actor_key AS uuid)
       FROM input AS i
 )
-SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at
+SELECT guard.free AS key_free, admission.unfinished AS admission_unfinished, created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at
   FROM guard CROSS JOIN admission LEFT JOIN created ON true;
 
 -- name: claim

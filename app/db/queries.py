@@ -349,10 +349,12 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 #   workers never wait on each other and never pick the same row; the nested loop stops
 #   after :limit rows. The handler filter is the lanes': a job no running worker can
 #   handle stays visibly queued;
-# * picked: at most ``room`` jobs per key when several lanes share one;
+# * picked: at most ``room`` jobs per key when several lanes share one (only keyed
+#   candidates are numbered: the jobs of lanes without a key are taken as they are);
 # * turned: each lane visited (up to the last one that gave a job; all of them when the
 #   batch was not filled) moves back by the jobs it gave (at least 1) over its owner's
-#   share -- only lanes no other claim holds (SKIP LOCKED: no waiting; the other claim
+#   share (``gave``: the candidates counted per lane, so each lane probes its owner's
+#   share once) -- only lanes no other claim holds (SKIP LOCKED: no waiting; the other claim
 #   moves it).
 # The UPDATE re-checks state = 'queued': under READ COMMITTED a row locked after a
 # concurrent change is re-evaluated, and a changed row simply drops out. ``running`` of a
@@ -415,15 +417,16 @@ lanes AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS c
      LIMIT :limit
+), gave AS (
+    SELECT c.pos, count(*) AS jobs FROM candidates AS c GROUP BY c.pos
 ), visited AS (
     SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
-           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+           GREATEST(COALESCE(g.jobs, 0), 1)::float8 / COALESCE(s.share, 1) AS step
       FROM open AS o
-      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN gave AS g ON g.pos = o.pos
       LEFT JOIN owner_shares AS s ON s.owner = o.owner
      WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
                        FROM candidates)
-     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
 ), held AS (
     SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
       FROM claim_lanes AS t
@@ -442,12 +445,15 @@ lanes AS MATERIALIZED (
            = (h.owner, h.kind, h.kind_version, h.concurrency_key)
 )"""
 CLAIM_SELECTION = """
+    SELECT c.id FROM candidates AS c WHERE c.concurrency_key = ''
+    UNION ALL
     SELECT c.id
       FROM (SELECT c.id, c.concurrency_key,
                    row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
-              FROM candidates AS c) AS c
-      LEFT JOIN keys AS k ON k.key = c.concurrency_key
-     WHERE c.concurrency_key = '' OR c.nth <= k.room"""
+              FROM candidates AS c
+             WHERE c.concurrency_key <> '') AS c
+      JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.nth <= k.room"""
 
 _CLAIM_WRITES = selected_writes(TransitionName.CLAIM, CLAIM_SELECTION, lead=CLAIM_LEAD)
 CLAIM = text(f"{_CLAIM_WRITES}SELECT *, {_NOW} AS observed_at FROM moved ORDER BY seq")

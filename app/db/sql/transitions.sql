@@ -2486,15 +2486,16 @@ WITH lanes AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS c
      LIMIT :limit
+), gave AS (
+    SELECT c.pos, count(*) AS jobs FROM candidates AS c GROUP BY c.pos
 ), visited AS (
     SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
-           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+           GREATEST(COALESCE(g.jobs, 0), 1)::float8 / COALESCE(s.share, 1) AS step
       FROM open AS o
-      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN gave AS g ON g.pos = o.pos
       LEFT JOIN owner_shares AS s ON s.owner = o.owner
      WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
                        FROM candidates)
-     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
 ), held AS (
     SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
       FROM claim_lanes AS t
@@ -2512,12 +2513,15 @@ WITH lanes AS MATERIALIZED (
      WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
            = (h.owner, h.kind, h.kind_version, h.concurrency_key)
 ), picked AS (
+    SELECT c.id FROM candidates AS c WHERE c.concurrency_key = ''
+    UNION ALL
     SELECT c.id
       FROM (SELECT c.id, c.concurrency_key,
                    row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
-              FROM candidates AS c) AS c
-      LEFT JOIN keys AS k ON k.key = c.concurrency_key
-     WHERE c.concurrency_key = '' OR c.nth <= k.room
+              FROM candidates AS c
+             WHERE c.concurrency_key <> '') AS c
+      JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.nth <= k.room
 ), moved AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
@@ -2606,15 +2610,16 @@ WITH lanes AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED
      ) AS c
      LIMIT :limit
+), gave AS (
+    SELECT c.pos, count(*) AS jobs FROM candidates AS c GROUP BY c.pos
 ), visited AS (
     SELECT o.owner, o.kind, o.kind_version, o.concurrency_key,
-           GREATEST(count(c.id), 1)::float8 / COALESCE(max(s.share), 1) AS step
+           GREATEST(COALESCE(g.jobs, 0), 1)::float8 / COALESCE(s.share, 1) AS step
       FROM open AS o
-      LEFT JOIN candidates AS c ON c.pos = o.pos
+      LEFT JOIN gave AS g ON g.pos = o.pos
       LEFT JOIN owner_shares AS s ON s.owner = o.owner
      WHERE o.pos <= (SELECT CASE WHEN count(*) < :limit THEN :limit ELSE max(pos) END
                        FROM candidates)
-     GROUP BY o.owner, o.kind, o.kind_version, o.concurrency_key
 ), held AS (
     SELECT t.owner, t.kind, t.kind_version, t.concurrency_key
       FROM claim_lanes AS t
@@ -2632,12 +2637,15 @@ WITH lanes AS MATERIALIZED (
      WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
            = (h.owner, h.kind, h.kind_version, h.concurrency_key)
 ), picked AS (
+    SELECT c.id FROM candidates AS c WHERE c.concurrency_key = ''
+    UNION ALL
     SELECT c.id
       FROM (SELECT c.id, c.concurrency_key,
                    row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.pos, c.seq) AS nth
-              FROM candidates AS c) AS c
-      LEFT JOIN keys AS k ON k.key = c.concurrency_key
-     WHERE c.concurrency_key = '' OR c.nth <= k.room
+              FROM candidates AS c
+             WHERE c.concurrency_key <> '') AS c
+      JOIN keys AS k ON k.key = c.concurrency_key
+     WHERE c.nth <= k.room
 ), moved AS (
     UPDATE jobs AS j
        SET version = j.version + 1,

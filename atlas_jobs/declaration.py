@@ -121,25 +121,56 @@ class RetryPolicy:
         return None
 
 
+MAX_RATE_STARTS = 1_000_000
+"""The most starts a declared rate allows per period (the bound of an operator's rate)."""
+MAX_RATE_PERIOD_SECONDS = 86_400.0
+"""The longest period of a declared rate: a day."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``starts`` jobs of a key start per ``per_seconds`` -- a token bucket that
+    holds ``starts`` tokens and refills at ``starts / per_seconds`` a second, shared by
+    every worker process (a burst of ``starts`` is allowed after a quiet period)."""
+
+    starts: int
+    per_seconds: float
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.starts <= MAX_RATE_STARTS:
+            raise ValueError(f"a rate's starts must be between 1 and {MAX_RATE_STARTS}")
+        if not 0 < self.per_seconds <= MAX_RATE_PERIOD_SECONDS:
+            raise ValueError(
+                f"a rate's per_seconds must be above 0 and at most {MAX_RATE_PERIOD_SECONDS:g}"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Concurrency:
-    """At most ``limit`` jobs of one key run at once, across every worker process.
+    """At most ``limit`` jobs of one key run at once, and at most ``rate`` start, across
+    every worker process; give either or both.
 
     * ``key`` -- the key the kind's jobs share (default: the kind's name); kinds that
       name the same key share its limit (one destination, one printing press);
     * ``per_job`` -- a job may name its own key in its create body (``concurrency_key``,
-      e.g. one customer's exports): stored as ``<key>/<named>``, each with ``limit``.
-      Without it, a create body that names a key is refused (422).
+      e.g. one customer's exports): stored as ``<key>/<named>``, each with ``limit``
+      and ``rate``. Without it, a create body that names a key is refused (422);
+    * ``rate`` -- a start rate, e.g. ``Rate(10, per_seconds=60)`` for an API that takes
+      ten calls a minute.
 
-    Operators may change a key's limit, and give it a start rate, while Atlas runs
-    (``atlas scheduling set-key``)."""
+    A key keeps the limit and rate declared by the first job that named it. Operators
+    may change a key's limit and rate while Atlas runs (``atlas-jobs scheduling
+    set-key``); theirs win, and clearing them brings back the declared ones."""
 
-    limit: int
+    limit: int | None = None
     key: str | None = None
     per_job: bool = False
+    rate: Rate | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.limit <= 100_000:
+        if self.limit is None and self.rate is None:
+            raise ValueError("Concurrency needs a limit, a rate or both")
+        if self.limit is not None and not 1 <= self.limit <= 100_000:
             raise ValueError("concurrency limit must be between 1 and 100000")
         if self.key is not None and not re.fullmatch(
             r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,99}$", self.key

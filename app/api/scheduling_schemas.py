@@ -63,9 +63,17 @@ class KeyPublic(BaseModel):
         "(`press/customer-7`)."
     )
     declared_limit: int | None = Field(description="The limit its kind declared.")
+    declared_rate: RateSet | None = Field(
+        default=None,
+        description="The start rate its kind declared (null: none). It is in force until an "
+        "operator sets one, and again once the operator's is cleared.",
+    )
     max_running: int | None = Field(description="An operator's limit, which wins.")
     running: int = Field(description="Jobs of the key running now.")
-    rate: int | None = Field(description="Starts allowed per `per_seconds`.")
+    rate: int | None = Field(
+        description="Starts allowed per `per_seconds`: the rate in force, an operator's or "
+        "else the declared one."
+    )
     per_seconds: float | None = Field(
         description="The period of the start rate, in seconds (null: no rate)."
     )

@@ -66,6 +66,8 @@ _CREATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("priority", "smallint"),
     ("concurrency_key", "text"),
     ("concurrency_limit", "int"),
+    ("concurrency_rate", "int"),
+    ("concurrency_period_seconds", "float8"),
     ("run_at", "timestamptz"),
     ("run_after", "float8"),
     ("start_by", "timestamptz"),
@@ -114,12 +116,14 @@ created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by{tag_column})
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by{tag_column})
     SELECT id, owner, kind, kind_version, input, '{JobState.QUEUED}', '{Reason.NEW}',
            max_attempts, max_elapsed_seconds, {_NOW}, {_NOW},
            COALESCE(when_.not_before, {_NOW}), COALESCE(when_.not_before, {_NOW}),
            request_id, idempotency_key, replay_of, COALESCE(priority, {DEFAULT_PRIORITY}),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by{tag_value}
       FROM input
            CROSS JOIN LATERAL (

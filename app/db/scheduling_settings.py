@@ -35,29 +35,32 @@ SELECT * FROM written
 """)
 
 _KEY_COLUMNS = (
-    "key, declared_limit, max_running, running, rate, period_seconds, updated_by, updated_at"
+    "key, declared_limit, declared_rate, declared_period_seconds, max_running, running, rate,"
+    " period_seconds, updated_by, updated_at"
 )
 
-# set_key: an operator's limit and start rate for a key (NULL: the declared limit / no
-# rate), whether or not a job has named the key yet; the change recorded with its actor.
-# A new rate starts with a full bucket.
+# set_key: an operator's limit and start rate for a key (NULL: the declared limit / the
+# declared rate, none if its kind declared none), whether or not a job has named the key
+# yet; the change recorded with its actor. A rate put in force starts with a full bucket.
 _SET_KEY = text(f"""
 WITH before AS (
     SELECT max_running, rate, period_seconds
       FROM concurrency_keys WHERE key = CAST(:key AS text)
 ), written AS (
-    INSERT INTO concurrency_keys (key, max_running, rate, period_seconds, tokens, refilled_at,
-                                  updated_by, updated_at)
+    INSERT INTO concurrency_keys AS k (key, max_running, rate, period_seconds, tokens,
+                                       refilled_at, updated_by, updated_at)
     VALUES (CAST(:key AS text), CAST(:max_running AS integer), CAST(:rate AS integer),
             CAST(:period_seconds AS float8), CAST(:rate AS float8),
             CASE WHEN CAST(:rate AS integer) IS NULL THEN NULL ELSE now() END,
             CAST(:actor AS text), now())
     ON CONFLICT (key) DO UPDATE
        SET max_running = EXCLUDED.max_running,
-           rate = EXCLUDED.rate,
-           period_seconds = EXCLUDED.period_seconds,
-           tokens = EXCLUDED.tokens,
-           refilled_at = EXCLUDED.refilled_at,
+           rate = COALESCE(EXCLUDED.rate, k.declared_rate),
+           period_seconds = CASE WHEN EXCLUDED.rate IS NULL THEN k.declared_period_seconds
+                                 ELSE EXCLUDED.period_seconds END,
+           tokens = COALESCE(EXCLUDED.tokens, k.declared_rate::float8),
+           refilled_at = CASE WHEN COALESCE(EXCLUDED.rate, k.declared_rate) IS NULL THEN NULL
+                              ELSE now() END,
            updated_by = EXCLUDED.updated_by,
            updated_at = now()
     RETURNING {_KEY_COLUMNS}

@@ -155,6 +155,9 @@ jobs = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text(str(DEFAULT_PRIORITY))),
     Column("concurrency_key", Text, nullable=False, server_default=text("''")),
     Column("concurrency_limit", Integer),
+    # The start rate its kind declared for the key: starts per period (NULL: none).
+    Column("concurrency_rate", Integer),
+    Column("concurrency_period_seconds", Double),
     # ``key=value`` labels given at creation (atlas_jobs._app.tags), never confidential;
     # set once, never updated.
     Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
@@ -458,15 +461,20 @@ claim_lanes = Table(
 Index("ix_claim_lanes_served", claim_lanes.c.served)
 
 # Concurrency and start-rate keys: how many jobs of the key run now (``running``, kept exact
-# by the jobs update trigger), the limit the key's jobs declared, an operator's limit
-# (``max_running``, which wins) and start rate (``rate`` starts per ``period_seconds``, a
-# token bucket: ``tokens`` as of ``refilled_at``). The claim locks the rows of the keys
-# it takes jobs of (SKIP LOCKED), so two claims never spend the same room.
+# by the jobs update trigger), the limit and start rate the key's first job declared
+# (``declared_*``), an operator's limit (``max_running``, which wins over the declared
+# one) and the start rate in force (``rate`` starts per ``period_seconds``, a token
+# bucket: ``tokens`` as of ``refilled_at``): the declared one from the key's creation,
+# an operator's once set, the declared one again when an operator clears theirs. The
+# claim locks the rows of the keys it takes jobs of (SKIP LOCKED), so two claims never
+# spend the same room.
 concurrency_keys = Table(
     "concurrency_keys",
     metadata,
     Column("key", Text, nullable=False),
     Column("declared_limit", Integer),
+    Column("declared_rate", Integer),
+    Column("declared_period_seconds", Double),
     Column("max_running", Integer),
     Column("running", Integer, nullable=False, server_default=text("0")),
     Column("rate", Integer),
@@ -485,6 +493,12 @@ concurrency_keys = Table(
         "(rate IS NULL) = (period_seconds IS NULL) AND (rate IS NULL OR rate >= 1) "
         "AND (period_seconds IS NULL OR period_seconds > 0)",
         name="rate_valid",
+    ),
+    CheckConstraint(
+        "(declared_rate IS NULL) = (declared_period_seconds IS NULL) "
+        "AND (declared_rate IS NULL OR declared_rate >= 1) "
+        "AND (declared_period_seconds IS NULL OR declared_period_seconds > 0)",
+        name="declared_rate_valid",
     ),
     postgresql_with=LANES_STORAGE,
 )

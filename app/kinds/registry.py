@@ -66,6 +66,9 @@ class KindSpec:
     concurrency_key: str | None = None
     """The concurrency key its jobs share (``None``: no limit; :mod:`atlas_jobs._app.fairness`)."""
     concurrency_limit: int | None = None
+    concurrency_rate: int | None = None
+    """The declared start rate: starts per ``concurrency_period_seconds`` (``None``: none)."""
+    concurrency_period_seconds: float | None = None
     concurrency_per_job: bool = False
     """Whether a job may name its own key (stored under ``concurrency_key``)."""
     source: str = ""
@@ -83,6 +86,7 @@ class KindSpec:
     @classmethod
     def of(cls, kind: Kind[Any], *, source: str) -> KindSpec:
         retry = kind.retry
+        rate = None if kind.concurrency is None else kind.concurrency.rate
         return cls(
             name=kind.name,
             version=kind.version,
@@ -100,6 +104,8 @@ class KindSpec:
             if kind.concurrency is None
             else (kind.concurrency.key or kind.name),
             concurrency_limit=None if kind.concurrency is None else kind.concurrency.limit,
+            concurrency_rate=None if rate is None else rate.starts,
+            concurrency_period_seconds=None if rate is None else rate.per_seconds,
             concurrency_per_job=kind.concurrency is not None and kind.concurrency.per_job,
             source=source,
             declaration=kind,

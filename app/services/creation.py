@@ -407,6 +407,8 @@ def _prepare(
         priority=request.body.priority,
         concurrency_key=key,
         concurrency_limit=limit,
+        concurrency_rate=None if key is None else spec.concurrency_rate,
+        concurrency_period_seconds=None if key is None else spec.concurrency_period_seconds,
         tags=tags,
         traceparent=tracing.current_traceparent(),
         run_at=when.run_at,

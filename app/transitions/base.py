@@ -39,6 +39,10 @@ class NewJob:
     """The stored concurrency key (atlas_jobs._app.fairness.job_key), ``None`` for none."""
     concurrency_limit: int | None = None
     """The limit the job's kind declared for its key."""
+    concurrency_rate: int | None = None
+    """The start rate the job's kind declared for its key: starts per
+    ``concurrency_period_seconds`` (both ``None``: none)."""
+    concurrency_period_seconds: float | None = None
     tags: tuple[str, ...] = ()
     """The job's ``key=value`` tags (atlas_jobs._app.tags), sorted."""
     traceparent: str | None = None

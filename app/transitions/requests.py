@@ -175,6 +175,8 @@ class RequestMoves(Service):
             priority=old.priority,
             concurrency_key=old.concurrency_key or None,
             concurrency_limit=old.concurrency_limit,
+            concurrency_rate=old.concurrency_rate,
+            concurrency_period_seconds=old.concurrency_period_seconds,
             tags=tuple(old.tags),
         )
         [created] = await self.create_many(
@@ -392,6 +394,8 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
         "p_priority": new.priority,
         "p_concurrency_key": new.concurrency_key,
         "p_concurrency_limit": new.concurrency_limit,
+        "p_concurrency_rate": new.concurrency_rate,
+        "p_concurrency_period_seconds": new.concurrency_period_seconds,
         "p_tags": json.dumps(list(new.tags)) if new.tags else None,
     }
 
@@ -420,6 +424,8 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
         "p_priority": _optional([n.priority for n in batch]),
         "p_concurrency_key": _optional([n.concurrency_key for n in batch]),
         "p_concurrency_limit": _optional([n.concurrency_limit for n in batch]),
+        "p_concurrency_rate": _optional([n.concurrency_rate for n in batch]),
+        "p_concurrency_period_seconds": _optional([n.concurrency_period_seconds for n in batch]),
         "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
     }
 

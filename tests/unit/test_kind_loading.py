@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from atlas_jobs import RetryPolicy, Stage, kind
+from atlas_jobs import Concurrency, Rate, RetryPolicy, Stage, kind
 from atlas_jobs._app.kinds.registry import KindLoadError, load
 from tests.support import REPO
 
@@ -118,6 +118,13 @@ def test_a_declaration_is_checked_when_it_is_made() -> None:
         RetryPolicy(transient={OSError: "Not A Code"})
     with pytest.raises(TypeError, match="not an exception class"):
         RetryPolicy(permanent={int: "number"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="needs a limit, a rate or both"):
+        Concurrency(key="press")
+    with pytest.raises(ValueError, match="starts must be between 1"):
+        Rate(0, per_seconds=1)
+    with pytest.raises(ValueError, match="per_seconds must be above 0"):
+        Rate(5, per_seconds=0)
+    assert Concurrency(rate=Rate(10, per_seconds=60)).limit is None
     declared = kind("demo.x", timeout=None)(handler)
     assert (declared.key, declared.timeout, declared.input.model_validate({}).model_dump()) == (
         "demo.x@1",

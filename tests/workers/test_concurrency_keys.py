@@ -12,24 +12,30 @@ and reaches it, so the limit, not a lack of work, is what held them.
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import textwrap
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs import Kind
+from atlas_jobs._app.db.scheduling_settings import KeySetting, set_key
 from atlas_jobs._app.fairness import job_key
+from atlas_jobs._app.kinds.registry import KindSpec
 from atlas_jobs._app.transitions import NewJob, Transitions
 from tests.workers.conftest import MakeFleet
-from tests.workers.dbwait import CLIENT, wait_all_terminal
+from tests.workers.dbwait import CLIENT, eventually, state_counts, wait_all_terminal
 
 MODULE = '''
 """Kinds with concurrency limits."""
 
 from pydantic import BaseModel
 
-from atlas_jobs import Concurrency, Context, Result, kind
+from atlas_jobs import Concurrency, Context, Rate, Result, kind
 
 
 class Work(BaseModel):
@@ -45,6 +51,11 @@ async def press(ctx: Context[Work]) -> Result:
 @kind("demo.export", input=Work, concurrency=Concurrency(limit=1, per_job=True), timeout=60)
 async def export(ctx: Context[Work]) -> Result:
     await ctx.sleep(ctx.input.pause)
+    return Result()
+
+
+@kind("demo.paced", input=Work, concurrency=Concurrency(rate=Rate(2, per_seconds=3600)))
+async def paced(ctx: Context[Work]) -> Result:
     return Result()
 '''
 
@@ -65,7 +76,7 @@ SELECT j.concurrency_key AS key, count(*) AS attempts
 """)
 
 
-def job(kind: str, key: str, limit: int) -> NewJob:
+def job(kind: str, key: str, limit: int | None, rate: tuple[int, float] | None = None) -> NewJob:
     return NewJob(
         owner="alice",
         kind=kind,
@@ -75,6 +86,8 @@ def job(kind: str, key: str, limit: int) -> NewJob:
         max_elapsed_seconds=3600,
         concurrency_key=key,
         concurrency_limit=limit,
+        concurrency_rate=None if rate is None else rate[0],
+        concurrency_period_seconds=None if rate is None else rate[1],
     )
 
 
@@ -119,3 +132,66 @@ async def test_no_key_ever_runs_more_jobs_than_its_limit_across_worker_processes
         left = (await conn.execute(text("SELECT key, running FROM concurrency_keys"))).all()
     assert attempts == {"press": 16, customers[0]: 4, customers[1]: 4}  # one attempt each
     assert {r.key: r.running for r in left} == {"press": 0, customers[0]: 0, customers[1]: 0}
+
+
+async def test_a_declared_start_rate_holds_until_an_operator_sets_another(
+    engine: AsyncEngine, transitions: Transitions, make_fleet: MakeFleet, tmp_path: Path
+) -> None:
+    kinds = tmp_path / "kinds"
+    kinds.mkdir()
+    (kinds / "limited.py").write_text(textwrap.dedent(MODULE).lstrip())
+    paced = KindSpec.of(load_kind(kinds, "limited", "demo.paced"), source="test")
+    assert (paced.concurrency_key, paced.concurrency_limit) == ("demo.paced", None)
+    assert (paced.concurrency_rate, paced.concurrency_period_seconds) == (2, 3600.0)
+    batch = [job("demo.paced", "demo.paced", None, (2, 3600.0)) for _ in range(5)]
+    async with engine.begin() as conn:
+        await transitions.create_many(conn, batch, actor=CLIENT)
+    fleet = make_fleet(poll_interval_seconds=0.1)
+    fleet.extra_env = {
+        "PYTHONPATH": str(kinds),
+        "ATLAS_KINDS": "limited",
+        "ATLAS_BUILTIN_KINDS": "false",
+        "ATLAS_KIND_ENTRY_POINTS": "false",
+    }
+    worker = fleet.start("w-paced", concurrency=4)
+    await eventually(
+        lambda: state_counts(engine),
+        lambda counts: counts.get("succeeded") == 2,
+        timeout=60,
+        what="the two starts the declared rate allows",
+    )
+    await asyncio.sleep(1.5)  # fifteen poll intervals: no token, no start
+    assert await state_counts(engine) == {"succeeded": 2, "queued": 3}, fleet.logs()
+    async with engine.connect() as conn:
+        declared = (await conn.execute(KEY_RATES)).one()
+    assert tuple(declared) == (2, 3600.0, 2, 3600.0)
+
+    async with engine.begin() as conn:
+        faster = KeySetting(max_running=None, rate=100, period_seconds=1.0)
+        await set_key(conn, "demo.paced", faster, actor="operator:ops", note=None)
+    assert await wait_all_terminal(engine, timeout=60) == {"succeeded": 5}, fleet.logs()
+    assert worker.alive(), fleet.logs()
+    async with engine.begin() as conn:
+        cleared = KeySetting(max_running=None, rate=None, period_seconds=None)
+        await set_key(conn, "demo.paced", cleared, actor="operator:ops", note=None)
+        # The operator's rate cleared: the declared one is in force again.
+        assert tuple((await conn.execute(KEY_RATES)).one()) == (2, 3600.0, 2, 3600.0)
+
+
+KEY_RATES = text("""
+SELECT declared_rate, declared_period_seconds, rate, period_seconds
+  FROM concurrency_keys WHERE key = 'demo.paced'
+""")
+
+
+def load_kind(folder: Path, module: str, name: str) -> Kind[Any]:
+    """The declaration ``name`` of the kinds module ``module`` in ``folder``."""
+    spec = importlib.util.spec_from_file_location(f"_paced_{module}", folder / f"{module}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    found: Kind[Any] = next(
+        v for v in vars(loaded).values() if isinstance(v, Kind) and v.name == name
+    )
+    return found

@@ -15,6 +15,7 @@ from atlas_jobs._app.api.scheduling_schemas import (
     KeySet,
     OwnerSharePublic,
     OwnerShareSet,
+    RateSet,
     SchedulingChangePublic,
     SchedulingChangesPublic,
     SchedulingPublic,
@@ -34,6 +35,9 @@ def _key(row: Any) -> KeyPublic:
     return KeyPublic(
         key=row.key,
         declared_limit=row.declared_limit,
+        declared_rate=None
+        if row.declared_rate is None
+        else RateSet(starts=row.declared_rate, per_seconds=row.declared_period_seconds),
         max_running=row.max_running,
         running=row.running,
         rate=row.rate,

@@ -155,8 +155,10 @@ $function$;
 
 -- name: atlas_jobs_inserted
 -- Trigger jobs_inserted: wakes the workers (atlas_work, one notification per queued kind)
--- and counts the new unfinished jobs in owner_backlog on the connection's slot. Last
--- written by revision f2a3b4c5d6e7.
+-- and counts the new unfinished jobs in owner_backlog on the connection's slot; adds the
+-- claim's lanes and the concurrency keys (with the limit and start rate the first job of
+-- a key declared, the rate also in force) that its new jobs name. Last written by
+-- revision 8a4c6e2f1b3d.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -179,8 +181,11 @@ BEGIN
       FROM new_rows AS n
      WHERE n.state = 'queued'
     ON CONFLICT DO NOTHING;
-    INSERT INTO concurrency_keys (key, declared_limit)
-    SELECT DISTINCT ON (n.concurrency_key) n.concurrency_key, n.concurrency_limit
+    INSERT INTO concurrency_keys (key, declared_limit, declared_rate, declared_period_seconds,
+                                  rate, period_seconds)
+    SELECT DISTINCT ON (n.concurrency_key) n.concurrency_key, n.concurrency_limit,
+           n.concurrency_rate, n.concurrency_period_seconds,
+           n.concurrency_rate, n.concurrency_period_seconds
       FROM new_rows AS n
      WHERE n.concurrency_key <> ''
      ORDER BY n.concurrency_key

@@ -19,8 +19,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.kinds import KINDS, handler_key
+from atlas_jobs._app.kinds.registry import KindSpec
 from atlas_jobs._app.services.live_workers import LiveWorkers, refresh_once
-from atlas_jobs._app.services.schemas import KindPublic, KindsPublic, KindVersionPublic
+from atlas_jobs._app.services.schemas import (
+    ConcurrencyPublic,
+    KindPublic,
+    KindsPublic,
+    KindVersionPublic,
+    RatePublic,
+)
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -59,6 +66,7 @@ def kinds_public(live: Mapping[str, int]) -> KindsPublic:
                 description=spec.summary,
                 input_schema=input_schema(spec.input_model),
                 versions=_versions(spec.name, accepted, served.get(spec.name, set()), live),
+                concurrency=concurrency_public(spec),
             )
         )
     for name in sorted(set(served) - {spec.name for spec in KINDS.values()}):
@@ -72,6 +80,23 @@ def kinds_public(live: Mapping[str, int]) -> KindsPublic:
             )
         )
     return KindsPublic(kinds=sorted(found, key=lambda kind: kind.name))
+
+
+def concurrency_public(spec: KindSpec) -> ConcurrencyPublic | None:
+    """What ``GET /v1/kinds`` says of the kind's concurrency declaration."""
+    if spec.concurrency_key is None:
+        return None
+    rate = (
+        None
+        if spec.concurrency_rate is None or spec.concurrency_period_seconds is None
+        else RatePublic(starts=spec.concurrency_rate, per_seconds=spec.concurrency_period_seconds)
+    )
+    return ConcurrencyPublic(
+        key=spec.concurrency_key,
+        limit=spec.concurrency_limit,
+        rate=rate,
+        per_job=spec.concurrency_per_job,
+    )
 
 
 def _versions(

@@ -759,6 +759,23 @@ class KindVersionPublic(BaseModel):
     )
 
 
+class RatePublic(BaseModel):
+    """A start rate: at most `starts` jobs of a key start per `per_seconds`."""
+
+    starts: int = Field(description="Starts allowed per period.")
+    per_seconds: float = Field(description="The period, in seconds.")
+
+
+class ConcurrencyPublic(BaseModel):
+    """What a kind declares of its concurrency key (operators may override both numbers
+    per key: `GET /v1/scheduling`)."""
+
+    key: str = Field(description="The key its jobs share (a job's own key is `<key>/<named>`).")
+    limit: int | None = Field(description="At most this many of the key's jobs run at once.")
+    rate: RatePublic | None = Field(description="The key's start rate (null: none).")
+    per_job: bool = Field(description="Whether a job may name its own key (`concurrency_key`).")
+
+
 class KindPublic(BaseModel):
     """A job kind."""
 
@@ -773,6 +790,11 @@ class KindPublic(BaseModel):
     )
     versions: list[KindVersionPublic] = Field(
         description="Every version the API accepts or a live worker serves, oldest first."
+    )
+    concurrency: ConcurrencyPublic | None = Field(
+        default=None,
+        description="Its concurrency declaration: a limit and/or a start rate per key (null: "
+        "none, or a kind the API does not accept).",
     )
 
 

@@ -121,6 +121,7 @@ async def test_kinds_lists_every_built_in_kind_with_no_live_worker(
         assert kind["description"] == spec.summary
         assert kind["input_schema"] == spec.input_model.model_json_schema()
         assert kind["versions"] == [{"version": spec.version, "accepted": True, "live_workers": 0}]
+        assert kind["concurrency"] is None  # no built-in kind declares one
     assert set(by_name(body)["atlas.bundle"]["input_schema"]["properties"]) >= {"preset", "pages"}
 
 
@@ -237,6 +238,7 @@ async def test_a_queued_job_no_live_worker_serves_says_so_wherever_its_status_is
         "description": None,
         "input_schema": None,
         "versions": [{"version": 2, "accepted": False, "live_workers": 1}],
+        "concurrency": None,
     }
     assert kinds["atlas.bundle"]["version"] == 1
     assert kinds["atlas.bundle"]["versions"] == [

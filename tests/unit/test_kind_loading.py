@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from atlas_jobs import Concurrency, Rate, RetryPolicy, Stage, kind
-from atlas_jobs._app.kinds.registry import KindLoadError, load
+from atlas_jobs._app.kinds.registry import KindLoadError, KindSpec, load
+from atlas_jobs._app.services.kinds import concurrency_public
+from atlas_jobs._app.services.schemas import ConcurrencyPublic
 from tests.support import REPO
 
 DEMO_V1 = """
@@ -166,3 +168,26 @@ def test_a_kinds_module_that_fails_to_import_stops_the_command_in_one_line(
     [line] = done.stderr.strip().splitlines()
     assert "demo_broken" in line
     assert "No module named 'no_such_dependency_here'" in line
+
+
+def test_a_kinds_concurrency_declaration_is_listed_as_declared() -> None:
+    async def handler(ctx: object) -> None:
+        return None
+
+    paced = Concurrency(rate=Rate(10, per_seconds=60), per_job=True)
+    spec = KindSpec.of(kind("crm.sync", concurrency=paced)(handler), source="test")
+    shown = concurrency_public(spec)
+    assert shown is not None
+    assert shown.model_dump() == {
+        "key": "crm.sync",
+        "limit": None,
+        "rate": {"starts": 10, "per_seconds": 60.0},
+        "per_job": True,
+    }
+    press = KindSpec.of(
+        kind("press.print", concurrency=Concurrency(3, key="press"))(handler), source="t"
+    )
+    assert concurrency_public(press) == ConcurrencyPublic(
+        key="press", limit=3, rate=None, per_job=False
+    )
+    assert concurrency_public(KindSpec.of(kind("demo.free")(handler), source="t")) is None

@@ -159,6 +159,7 @@ class WaitingReason(StrEnum):
     NO_WORKER = "no_worker"
     PAUSED = "paused"
     CONCURRENCY = "concurrency"
+    RATE = "rate"
     FAIR_SHARE = "fair_share"
     BACKLOG = "backlog"
 
@@ -178,8 +179,12 @@ WAITING_DOCS: Final = MappingProxyType(
             "heartbeat within the live window): it stays queued until one does."
         ),
         WaitingReason.CONCURRENCY: (
-            "The job's concurrency key has as many jobs running as its limit allows (or "
-            "no start left in its rate): it starts when one of them ends."
+            "The job's concurrency key has as many jobs running as its limit allows: it "
+            "starts when one of them ends."
+        ),
+        WaitingReason.RATE: (
+            "The job's concurrency key has no start left in its start rate (`starts` per "
+            "`per_seconds`): the next start is allowed at `next_start_at`."
         ),
         WaitingReason.FAIR_SHARE: (
             "The queue is behind and other owners' lanes take their turn first (fair "

@@ -19,10 +19,12 @@ from atlas_jobs._app.lifecycle import (
     STATE_REASONS,
     TERMINAL_STATES,
     TRANSITIONS,
+    WAITING_DOCS,
     DeliveryState,
     Effect,
     Guard,
     JobState,
+    WaitingReason,
 )
 from atlas_jobs._app.presentation import STALE_AFTER_SECONDS, Observation, present
 
@@ -214,6 +216,7 @@ def render() -> str:
         ).label
         + " -- the job stays queued until such a worker is live; it is never failed for it.",
         "",
+        *_waiting_section(),
         "## The other observations (whatever the state)",
         "",
         "Observation belongs to the client: it says how fresh its knowledge is, never what",
@@ -246,6 +249,37 @@ def render() -> str:
         BOUNDARY,
     ]
     return "\n".join(lines)
+
+
+# One example of each reason a queued job waits for, as the status's ``waiting_for``.
+_WAITING_EXAMPLES: Final[dict[WaitingReason, dict[str, Any]]] = {
+    WaitingReason.SCHEDULED: {"run_at": (NOW + timedelta(hours=1)).isoformat()},
+    WaitingReason.START_DEADLINE_PASSED: {"start_by": NOW.isoformat()},
+    WaitingReason.NO_WORKER: {"kind": "thumbnail.render@2"},
+    WaitingReason.PAUSED: {"by": "operator:ops", "at": NOW.isoformat(), "note": "CMS down"},
+    WaitingReason.CONCURRENCY: {"key": "press", "limit": 3, "running": 3},
+    WaitingReason.RATE: {"key": "api", "starts": 10, "per_seconds": 60.0},
+    WaitingReason.FAIR_SHARE: {"ahead_of_you": 12, "estimate": True},
+    WaitingReason.BACKLOG: {"queue_age_seconds": 42.0, "estimate": True},
+}
+
+
+def _waiting_section() -> list[str]:
+    """Every ``waiting_for`` reason (the lifecycle's WAITING_DOCS) with its label."""
+    lines = [
+        "## Why a queued job waits (`waiting_for`)",
+        "",
+        "Computed when the status is read, never stored: a queued job stays `queued`.",
+        "",
+        "| reason | meaning | label |",
+        "|---|---|---|",
+    ]
+    for reason, meaning in WAITING_DOCS.items():
+        waiting = {"reason": reason.value, **_WAITING_EXAMPLES[reason]}
+        status = {**_example(JobState.QUEUED, "new", DeliveryState.NONE), "waiting_for": waiting}
+        label = present(status, Observation.FRESH, now=NOW).label
+        lines.append(f"| `{reason.value}` | {meaning.replace('``', '`')} | {label} |")
+    return [*lines, ""]
 
 
 if __name__ == "__main__":  # pragma: no cover

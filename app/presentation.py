@@ -152,6 +152,12 @@ def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
         limit, running = waiting.get("limit"), waiting.get("running")
         busy = f" ({running} of {limit} busy)" if limit is not None else " (no start left)"
         return f"waiting for a slot in {waiting.get('key')}{busy}"
+    if reason == "rate":
+        per = waiting.get("per_seconds")
+        period = f"{per:g}" if isinstance(per, (int, float)) else str(per)
+        return (
+            f"waiting for a start in {waiting.get('key')} ({waiting.get('starts')} per {period} s)"
+        )
     if reason == "fair_share":
         ahead = waiting.get("ahead_of_you")
         return f"other owners' turn first (about {ahead} ahead)"

@@ -319,13 +319,18 @@ SELECT owner, kind, kind_version, concurrency_key, served
  LIMIT {LANES_VIEWED}
 """)
 _FULL_KEYS_VIEW = text("""
-SELECT key, COALESCE(max_running, declared_limit) AS max_running, running
-  FROM concurrency_keys AS k
- WHERE k.running >= COALESCE(k.max_running, k.declared_limit, 2147483647)
-    OR (k.rate IS NOT NULL
-        AND LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
-                  * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
-                  / k.period_seconds) < 1)
+SELECT key, limit_, running, rate, period_seconds, at_limit,
+       CASE WHEN tokens < 1
+            THEN now() + make_interval(secs => (1 - tokens) * period_seconds / rate)
+       END AS next_start_at
+  FROM (SELECT k.key, COALESCE(k.max_running, k.declared_limit) AS limit_, k.running,
+               k.rate, k.period_seconds,
+               k.running >= COALESCE(k.max_running, k.declared_limit, 2147483647) AS at_limit,
+               LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                     * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
+                     / k.period_seconds) AS tokens
+          FROM concurrency_keys AS k) AS k
+ WHERE at_limit OR tokens < 1
 """)
 
 
@@ -334,11 +339,24 @@ Lane = tuple[str, str, int, str]
 
 
 @dataclass(frozen=True, slots=True)
+class FullKey:
+    """A concurrency key with no room now: at its limit, or out of start tokens."""
+
+    limit: int | None
+    running: int
+    at_limit: bool
+    rate: int | None
+    period_seconds: float | None
+    next_start_at: datetime | None
+    """When its start rate allows the next start (``None``: the rate does not hold it)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulingView:
     lanes: Sequence[tuple[Lane, float]]
     """Lanes, least-served first."""
-    full_keys: dict[str, tuple[int | None, int]]
-    """Keys with no room: their limit (``None``: a rate, no limit) and running count."""
+    full_keys: dict[str, FullKey]
+    """Keys with no room, by key."""
     queue_age_seconds: float | None
 
 
@@ -348,7 +366,14 @@ async def scheduling_view(conn: AsyncConnection, now: ColumnElement[datetime]) -
         for r in await conn.execute(_LANES_VIEW)
     ]
     full = {
-        r.key: (None if r.max_running is None else int(r.max_running), int(r.running))
+        r.key: FullKey(
+            limit=None if r.limit_ is None else int(r.limit_),
+            running=int(r.running),
+            at_limit=bool(r.at_limit),
+            rate=r.rate,
+            period_seconds=r.period_seconds,
+            next_start_at=r.next_start_at,
+        )
         for r in await conn.execute(_FULL_KEYS_VIEW)
     }
     return SchedulingView(lanes, full, await oldest_claimable_age(conn, now))

@@ -404,6 +404,7 @@ class WaitingForPublic(BaseModel):
         "never start (the next maintenance pass ends it `failed`); `no_worker` -- no live "
         "worker process serves the job's kind@version; `paused` -- an operator paused its "
         "kind (`by`, `at`, `note`); `concurrency` -- its concurrency key is at its limit; "
+        "`rate` -- its concurrency key has no start left in its start rate; "
         "`fair_share` -- the queue is behind and other owners take their turn first; "
         "`backlog` -- the queue is behind and older jobs start first."
     )
@@ -428,8 +429,20 @@ class WaitingForPublic(BaseModel):
     )
     key: str | None = Field(
         default=None,
-        description="The concurrency key at its limit (reason `concurrency`).",
+        description="The concurrency key at its limit (reason `concurrency`) or out of "
+        "starts (reason `rate`).",
         examples=["press"],
+    )
+    starts: int | None = Field(
+        default=None, description="The key's start rate: starts per `per_seconds` (`rate`)."
+    )
+    per_seconds: float | None = Field(
+        default=None, description="The period of the key's start rate, in seconds (`rate`)."
+    )
+    next_start_at: datetime | None = Field(
+        default=None,
+        description="When the start rate allows the key's next start (`rate`; as of the "
+        "API's last view of the keys, at most a few seconds old).",
     )
     limit: int | None = Field(
         default=None, description="The key's limit: jobs running at once (`concurrency`)."

@@ -121,15 +121,25 @@ def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
         job.reason == Reason.RETRY and (observed is None or job.available_at > observed)
     ):
         return None
-    if job.concurrency_key and job.concurrency_key in view.full_keys:
-        limit, running = view.full_keys[job.concurrency_key]
+    full = view.full_keys.get(job.concurrency_key) if job.concurrency_key else None
+    if full is not None and (full.at_limit or full.next_start_at is None):
         return {
             "reason": WaitingReason.CONCURRENCY,
             "key": job.concurrency_key,
-            "limit": limit,
-            "running": running,
+            "limit": full.limit,
+            "running": full.running,
             "message": f"waiting for a slot in {job.concurrency_key}"
-            + ("" if limit is None else f" ({running} of {limit} busy)"),
+            + ("" if full.limit is None else f" ({full.running} of {full.limit} busy)"),
+        }
+    if full is not None:
+        return {
+            "reason": WaitingReason.RATE,
+            "key": job.concurrency_key,
+            "starts": full.rate,
+            "per_seconds": full.period_seconds,
+            "next_start_at": full.next_start_at,
+            "message": f"waiting for a start in {job.concurrency_key} "
+            f"({full.rate} per {full.period_seconds:g} s)",
         }
     age = view.queue_age_seconds
     if age is None or age < BEHIND_SECONDS:

@@ -4,6 +4,8 @@ the API's view of the claim's lanes and keys, with the labels people read."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -91,6 +93,40 @@ async def test_a_job_whose_key_is_at_its_limit_waits_for_a_slot(
     assert answer.headers["etag"] == 'W/"1-concurrency"'
     assert present(answer.json(), Observation.FRESH).label == (
         "Queued — waiting for a slot in press (1 of 1 busy)"
+    )
+
+
+async def test_a_job_whose_key_has_no_start_left_waits_for_its_start_rate(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    engine: AsyncEngine,
+    transitions: Transitions,
+    clock: Clock,
+) -> None:
+    await register(engine, clock)
+    paced = replace(noop("alice", "api"), concurrency_limit=None)
+    paced = replace(paced, concurrency_rate=1, concurrency_period_seconds=3600.0)
+    await created(engine, transitions, paced)
+    held = await created(engine, transitions, paced)
+    async with engine.begin() as conn:
+        [started] = await transitions.claim(conn, worker_id="w", handlers=[NOOP], limit=5)
+    assert str(started.id) != held
+    answer = await status_of(client, keys, held, "rate")
+    waiting = answer.json()["waiting_for"]
+    held_by = {k: v for k, v in waiting.items() if v is not None and k != "next_start_at"}
+    assert held_by == {
+        "reason": "rate",
+        "key": "api",
+        "starts": 1,
+        "per_seconds": 3600.0,
+        "message": "waiting for a start in api (1 per 3600 s)",
+    }
+    # The one token refills an hour after the start spent it.
+    next_start = datetime.fromisoformat(waiting["next_start_at"])
+    assert timedelta(minutes=59) < next_start - datetime.now(UTC) <= timedelta(hours=1)
+    assert answer.headers["etag"] == 'W/"1-rate"'
+    assert present(answer.json(), Observation.FRESH).label == (
+        "Queued — waiting for a start in api (1 per 3600 s)"
     )
 
 

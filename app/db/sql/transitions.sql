@@ -2116,18 +2116,20 @@ SELECT j.*,
 -- name: create_one
 -- create: new queued jobs and their history rows; one job, bound as scalars.
 WITH input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_concurrency_rate AS int) AS concurrency_rate, CAST(:p_concurrency_period_seconds AS float8) AS concurrency_period_seconds, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by
       FROM input
            CROSS JOIN LATERAL (
@@ -2154,20 +2156,22 @@ SELECT created.id, created.kind, created.kind_version, created.state, created.re
 -- create: new queued jobs and their history rows; a batch, bound as arrays.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_concurrency_rate AS int[]), CAST(:p_concurrency_period_seconds AS float8[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds, run_at, run_after, start_by, start_within, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by
       FROM input
            CROSS JOIN LATERAL (
@@ -2195,20 +2199,22 @@ SELECT created.id, created.kind, created.kind_version, created.state, created.re
 -- create: new queued jobs and their history rows; a batch, bound as arrays, with the jobs' tags.
 WITH input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_concurrency_rate AS int[]), CAST(:p_concurrency_period_seconds AS float8[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds, run_at, run_after, start_by, start_within, tags, ord)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by, tags)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
            CROSS JOIN LATERAL (
@@ -2238,19 +2244,21 @@ WITH admission AS (
     SELECT atlas_admission_count(CAST(:admit_owner AS text), CAST(:admit_cap AS integer))
            AS unfinished
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_concurrency_rate AS int) AS concurrency_rate, CAST(:p_concurrency_period_seconds AS float8) AS concurrency_period_seconds, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE (SELECT unfinished FROM admission) + 1 <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by
       FROM input
            CROSS JOIN LATERAL (
@@ -2281,21 +2289,23 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_concurrency_rate AS int[]), CAST(:p_concurrency_period_seconds AS float8[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds, run_at, run_after, start_by, start_within, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by
       FROM input
            CROSS JOIN LATERAL (
@@ -2327,21 +2337,23 @@ WITH admission AS (
            AS unfinished
 ), input AS (
     SELECT *
-      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
+      FROM unnest(CAST(:p_id AS uuid[]), CAST(:p_owner AS text[]), CAST(:p_kind AS text[]), CAST(:p_kind_version AS int[]), CAST(:p_input AS jsonb[]), CAST(:p_max_attempts AS int[]), CAST(:p_max_elapsed_seconds AS int[]), CAST(:p_request_id AS text[]), CAST(:p_idempotency_key AS text[]), CAST(:p_replay_of AS uuid[]), CAST(:p_data AS jsonb[]), CAST(:p_priority AS smallint[]), CAST(:p_concurrency_key AS text[]), CAST(:p_concurrency_limit AS int[]), CAST(:p_concurrency_rate AS int[]), CAST(:p_concurrency_period_seconds AS float8[]), CAST(:p_run_at AS timestamptz[]), CAST(:p_run_after AS float8[]), CAST(:p_start_by AS timestamptz[]), CAST(:p_start_within AS float8[]), CAST(:p_tags AS jsonb[]))
            WITH ORDINALITY
-           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, run_at, run_after, start_by, start_within, tags, ord)
+           AS i(id, owner, kind, kind_version, input, max_attempts, max_elapsed_seconds, request_id, idempotency_key, replay_of, data, priority, concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds, run_at, run_after, start_by, start_within, tags, ord)
      WHERE (SELECT unfinished FROM admission) + cardinality(CAST(:p_id AS uuid[])) <= CAST(:admit_cap AS integer)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by, tags)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by, tags)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by, ARRAY(SELECT jsonb_array_elements_text(input.tags))
       FROM input
            CROSS JOIN LATERAL (
@@ -2387,19 +2399,21 @@ WITH guard AS (
         ON CONFLICT DO NOTHING
     RETURNING job_id
 ), input AS (
-    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
+    SELECT CAST(:p_id AS uuid) AS id, CAST(:p_owner AS text) AS owner, CAST(:p_kind AS text) AS kind, CAST(:p_kind_version AS int) AS kind_version, CAST(:p_input AS jsonb) AS input, CAST(:p_max_attempts AS int) AS max_attempts, CAST(:p_max_elapsed_seconds AS int) AS max_elapsed_seconds, CAST(:p_request_id AS text) AS request_id, CAST(:p_idempotency_key AS text) AS idempotency_key, CAST(:p_replay_of AS uuid) AS replay_of, CAST(:p_data AS jsonb) AS data, CAST(:p_priority AS smallint) AS priority, CAST(:p_concurrency_key AS text) AS concurrency_key, CAST(:p_concurrency_limit AS int) AS concurrency_limit, CAST(:p_concurrency_rate AS int) AS concurrency_rate, CAST(:p_concurrency_period_seconds AS float8) AS concurrency_period_seconds, CAST(:p_run_at AS timestamptz) AS run_at, CAST(:p_run_after AS float8) AS run_after, CAST(:p_start_by AS timestamptz) AS start_by, CAST(:p_start_within AS float8) AS start_within
      WHERE EXISTS (SELECT 1 FROM keyed)
 ), 
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                       max_elapsed_seconds, created_at, updated_at, available_at,
                       budget_started_at, request_id, idempotency_key, replay_of, priority,
-                      concurrency_key, concurrency_limit, run_at, start_by)
+                      concurrency_key, concurrency_limit, concurrency_rate,
+                      concurrency_period_seconds, run_at, start_by)
     SELECT id, owner, kind, kind_version, input, 'queued', 'new',
            max_attempts, max_elapsed_seconds, (now() + make_interval(secs => :clock_offset)), (now() + make_interval(secs => :clock_offset)),
            COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))), COALESCE(when_.not_before, (now() + make_interval(secs => :clock_offset))),
            request_id, idempotency_key, replay_of, COALESCE(priority, 4),
-           COALESCE(concurrency_key, ''), concurrency_limit, when_.not_before,
+           COALESCE(concurrency_key, ''), concurrency_limit, concurrency_rate,
+           concurrency_period_seconds, when_.not_before,
            when_.start_by
       FROM input
            CROSS JOIN LATERAL (

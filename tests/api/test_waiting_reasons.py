@@ -142,8 +142,14 @@ async def test_behind_a_queue_a_job_says_whose_turn_comes_first(
     later = await created(engine, transitions, noop("alice"))
     async with engine.begin() as conn:
         await transitions.create(conn, noop("bob"), actor=Actor("client", "bob"))
-    quiet = await client.get(f"/v1/jobs/{later}", headers=keys.a)
-    assert quiet.json()["waiting_for"] is None  # the queue is not behind (yet)
+    # The queue is not behind (yet). Until the API's view of live workers has seen the
+    # worker registered above, the job reads no_worker: wait for that view, not longer.
+    quiet = await eventually(
+        lambda: client.get(f"/v1/jobs/{later}", headers=keys.a),
+        lambda answer: answer.json()["waiting_for"] is None,
+        "waiting_for null once the API sees the live worker",
+    )
+    assert quiet.json()["waiting_for"] is None
 
     clock.advance(60)  # the oldest job has now waited a minute
     await register(engine, clock)  # still live at the moved clock

@@ -39,6 +39,7 @@ ATTENTION = "('cancel_requested', 'canceled', 'failed', 'unresolved', 'waiting')
 UNFINISHED = "('queued', 'running')"
 NIL = "'00000000-0000-0000-0000-000000000000'::uuid"
 
+# uuid has no min() or max(): the first and last ids are ORDER BY id ... LIMIT 1.
 # A stored filter that selects one owner (atlas_jobs._app.db.reads.single_owner).
 ONE_OWNER = """
 (b.filter->>'owner' IS NOT NULL
@@ -49,14 +50,15 @@ ONE_OWNER = """
 TO_ID_WALK = f"""
 UPDATE bulk_operations AS u
    SET after_id = CASE WHEN r.first_id IS NULL THEN coalesce(r.last_id, {NIL})
-                       ELSE (SELECT max(j.id) FROM jobs AS j WHERE j.id < r.first_id) END,
+                       ELSE (SELECT j.id FROM jobs AS j WHERE j.id < r.first_id
+                              ORDER BY j.id DESC LIMIT 1) END,
        through_id = coalesce(r.last_id, {NIL}),
        through_seq = NULL
   FROM (SELECT b.id,
-               (SELECT min(j.id) FROM jobs AS j
-                 WHERE j.seq > b.position AND j.seq <= b.through_seq) AS first_id,
-               (SELECT max(j.id) FROM jobs AS j
-                 WHERE j.seq > b.position AND j.seq <= b.through_seq) AS last_id
+               (SELECT j.id FROM jobs AS j WHERE j.seq > b.position AND j.seq <= b.through_seq
+                 ORDER BY j.id LIMIT 1) AS first_id,
+               (SELECT j.id FROM jobs AS j WHERE j.seq > b.position AND j.seq <= b.through_seq
+                 ORDER BY j.id DESC LIMIT 1) AS last_id
           FROM bulk_operations AS b
          WHERE b.filter IS NOT NULL AND b.state IN {UNFINISHED} AND NOT {ONE_OWNER}) AS r
  WHERE u.id = r.id

@@ -46,7 +46,7 @@ VALUES (:id, :action, CAST(:filter AS jsonb), CAST(:job_ids AS uuid[]), :note, :
              THEN (SELECT coalesce(max(seq), 0) FROM jobs WHERE owner = CAST(:walk_owner AS text))
         END,
         CASE WHEN CAST(:walk_ids AS boolean)
-             THEN (SELECT coalesce(max(id), '{NIL_ID}'::uuid) FROM jobs)
+             THEN coalesce((SELECT id FROM jobs ORDER BY id DESC LIMIT 1), '{NIL_ID}'::uuid)
         END,
         {_NOW}, {_NOW})
 RETURNING *, {_NOW} AS observed_at

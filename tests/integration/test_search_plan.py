@@ -29,10 +29,7 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 async def _plan(engine: AsyncEngine, page: JobFilter) -> dict[str, Any]:
-    conditions = job_conditions(page)
-    if page.before_seq is not None:
-        conditions.append(jobs.c.seq < page.before_seq)
-    query = select(jobs).where(*conditions).order_by(jobs.c.seq.desc()).limit(page.limit + 1)
+    query = listing_query(page, select(jobs))
     async with engine.connect() as conn:
         compiled = query.compile(conn.sync_engine, compile_kwargs={"literal_binds": True})
         raw = (await conn.execute(text(f"EXPLAIN (FORMAT JSON) {compiled}"))).scalar_one()

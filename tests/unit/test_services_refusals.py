@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from atlas_jobs._app.api.errors import ApiError, problem_of
-from atlas_jobs._app.services import refusals
 from atlas_jobs._app.db.reads import JobFilter
+from atlas_jobs._app.services import refusals
 from atlas_jobs._app.services.paging import (
     JOB_CURSOR,
     WEBHOOK_CURSOR,

@@ -129,10 +129,7 @@ async def _pk_ms(conn: AsyncConnection, job_id: Any) -> float:
 
 async def _plan(conn: AsyncConnection, page: reads.JobFilter) -> str:
     """The plan's nodes, top down, for the report (which index each page walks)."""
-    conditions = reads.job_conditions(page)
-    if page.before_seq is not None:
-        conditions.append(jobs.c.seq < page.before_seq)
-    query = select(jobs).where(*conditions).order_by(jobs.c.seq.desc()).limit(page.limit + 1)
+    query = reads.listing_query(page, select(jobs))
     compiled = query.compile(conn.engine, compile_kwargs={"literal_binds": True})
     rows = await conn.execute(text(f"EXPLAIN {compiled}"))
     nodes = [r[0].strip().removeprefix("->  ").split("  (")[0] for r in rows]
@@ -164,7 +161,7 @@ async def search(
                 owner=None,
                 states=["unresolved"],
                 kinds=["document.publish"],
-                before_seq=rows[19].seq,
+                before_id=rows[19].id,
             )
             for rows in first
         ]

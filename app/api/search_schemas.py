@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import AwareDatetime, BeforeValidator, Field, ValidationInfo, field_validator
 
 from atlas_jobs._app.db.reads import JobFilter
 from atlas_jobs._app.lifecycle import JobState, Reason
-from atlas_jobs._app.services.paging import JOB_CURSOR
+from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError
 from atlas_jobs._app.services.schemas import StrictModel
 from atlas_jobs._app.tags import MAX_TAGS, Tag
 
@@ -101,5 +102,20 @@ class JobListQuery(JobSearch):
 
     limit: int = Field(default=20, ge=1, le=MAX_PAGE, description="Jobs per page.")
     cursor: str | None = Field(
-        default=None, pattern=CURSOR_PATTERN, description="next_cursor of the last page."
+        default=None,
+        pattern=CURSOR_PATTERN,
+        description=(
+            "next_cursor of the last page of the same search (opaque; a cursor of a "
+            "search with other filters is 422)."
+        ),
     )
+
+    def page(self, *, scope: str | None) -> JobFilter:
+        """The page to read within ``scope``: the filter continued after ``cursor``. The
+        cursor of the other walk (one owner's by seq, across owners by id: it came from
+        a search with other filters) is a 422 naming ``cursor``, like a malformed one."""
+        try:
+            return JOB_CURSOR.apply(self.to_filter(scope=scope, limit=self.limit), self.cursor)
+        except CursorMismatchError as mismatch:
+            located = {"type": "value_error", "loc": ("query", "cursor"), "msg": str(mismatch)}
+            raise RequestValidationError([located]) from None

@@ -20,7 +20,7 @@ from sqlalchemy import ColumnElement, Row, and_, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
-from atlas_jobs._app.db.reads import JobFilter, job_conditions, single_owner
+from atlas_jobs._app.db.reads import JobFilter, job_conditions, single_owner, walks_by_id
 from atlas_jobs._app.db.schema import bulk_operations, jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import BulkOperationState
@@ -29,15 +29,26 @@ _QUEUED = BulkOperationState.QUEUED.value
 _RUNNING = BulkOperationState.RUNNING.value
 _CANCELED = BulkOperationState.CANCELED.value
 _NOW = NOW_SQL
+NIL_ID = uuid.UUID(int=0)
 
-# accept: the operation row; a filter is bounded by the newest job at this moment
-# (``through_seq``), so the operation acts on the jobs that existed when it was accepted,
-# not on every job created while it runs.
+# accept: the operation row; a filter is bounded by the newest job at this moment, so
+# the operation acts on the jobs that existed when it was accepted, not on every job
+# created while it runs: one owner's filter by that owner's newest seq (``through_seq``,
+# the last entry of the owner's range in ``ix_jobs_owner_seq``), a filter across owners
+# by the newest id (``through_id``, the last entry of ``pk_jobs``; the nil UUID when there
+# is no job). Each subselect runs only for its walk (an InitPlan is evaluated when used).
 ACCEPT = text(f"""
 INSERT INTO bulk_operations (id, action, filter, job_ids, note, requested_by, key_id, kinds,
-                             through_seq, created_at, updated_at)
+                             through_seq, through_id, created_at, updated_at)
 VALUES (:id, :action, CAST(:filter AS jsonb), CAST(:job_ids AS uuid[]), :note, :requested_by,
-        :key_id, CAST(:kinds AS text[]), (SELECT coalesce(max(seq), 0) FROM jobs), {_NOW}, {_NOW})
+        :key_id, CAST(:kinds AS text[]),
+        CASE WHEN CAST(:walk_owner AS text) IS NOT NULL
+             THEN (SELECT coalesce(max(seq), 0) FROM jobs WHERE owner = CAST(:walk_owner AS text))
+        END,
+        CASE WHEN CAST(:walk_ids AS boolean)
+             THEN coalesce((SELECT id FROM jobs ORDER BY id DESC LIMIT 1), '{NIL_ID}'::uuid)
+        END,
+        {_NOW}, {_NOW})
 RETURNING *, {_NOW} AS observed_at
 """)
 
@@ -70,11 +81,12 @@ SELECT * FROM bulk_operations
    FOR UPDATE
 """)
 
-# progress: a batch's last statement -- its counts, the new position and a fresh lease;
-# ``finish`` (a state) ends the operation.
+# progress: a batch's last statement -- its counts, the new position (``position``, or
+# ``after_id`` for a walk by id) and a fresh lease; ``finish`` (a state) ends the operation.
 PROGRESS = text(f"""
 UPDATE bulk_operations
-   SET position = :position, matched = matched + :matched, done = done + :done,
+   SET position = :position, after_id = CAST(:after_id AS uuid),
+       matched = matched + :matched, done = done + :done,
        skipped = (
            SELECT coalesce(jsonb_object_agg(key, total), '{{}}'::jsonb)
              FROM (
@@ -174,6 +186,8 @@ async def accept(
                 "requested_by": requested_by,
                 "key_id": key_id,
                 "kinds": None if kinds is None else list(kinds),
+                "walk_owner": None if page is None else single_owner(page),
+                "walk_ids": page is not None and walks_by_id(page),
                 **clock_params,
             },
         )
@@ -216,16 +230,17 @@ async def preview(
     rows = await conn.execute(
         select(jobs, func.now().label("observed_at"))
         .where(and_(true(), *conditions))
-        .order_by(*_in_seq_order(page, descending=True))
+        .order_by(*_walk_order(page, descending=True))
         .limit(sample)
     )
     return count, list(rows.all())
 
 
-def _in_seq_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any], ...]:
-    """``seq`` order, with one owner's jobs in ``(owner, seq)`` order so that
-    ``ix_jobs_owner_seq`` gives it (see :func:`~atlas_jobs._app.db.reads.single_owner`)."""
-    columns = (jobs.c.seq,) if single_owner(page) is None else (jobs.c.owner, jobs.c.seq)
+def _walk_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any], ...]:
+    """The order of a filter's walk: one owner's jobs in ``(owner, seq)`` order, which
+    ``ix_jobs_owner_seq`` gives (see :func:`~atlas_jobs._app.db.reads.single_owner`);
+    across owners ``id`` order (``pk_jobs``; ids are UUIDv7, creation order)."""
+    columns = (jobs.c.id,) if walks_by_id(page) else (jobs.c.owner, jobs.c.seq)
     return tuple(c.desc() if descending else c.asc() for c in columns)
 
 
@@ -243,19 +258,22 @@ async def preview_ids(
     return count, list(rows.all())
 
 
-async def filter_batch(
-    conn: AsyncConnection, page: JobFilter, *, after_seq: int, through_seq: int, limit: int
-) -> list[Any]:
-    """The next jobs of a filter after ``after_seq`` (oldest first), never locking:
-    the moves lock and compare-and-set them."""
+async def filter_batch(conn: AsyncConnection, page: JobFilter, op: Any, *, limit: int) -> list[Any]:
+    """The next jobs of the operation ``op``'s filter ``page`` (oldest first), never
+    locking: the moves lock and compare-and-set them. Across owners, after ``op.after_id``
+    (none yet: from the first) up to ``op.through_id``; for one owner, after
+    ``op.position`` up to ``op.through_seq``."""
+    keyset: list[ColumnElement[bool]]
+    if walks_by_id(page):
+        keyset = [jobs.c.id <= op.through_id]
+        if op.after_id is not None:
+            keyset.append(jobs.c.id > op.after_id)
+    else:
+        keyset = [jobs.c.seq > op.position, jobs.c.seq <= op.through_seq]
     rows = await conn.execute(
         select(jobs.c.id, jobs.c.seq, jobs.c.state, jobs.c.kind)
-        .where(
-            and_(true(), *job_conditions(page)),
-            jobs.c.seq > after_seq,
-            jobs.c.seq <= through_seq,
-        )
-        .order_by(*_in_seq_order(page, descending=False))
+        .where(and_(true(), *job_conditions(page)), *keyset)
+        .order_by(*_walk_order(page, descending=False))
         .limit(limit)
     )
     return list(rows.all())

@@ -399,6 +399,9 @@ class JobFilter:
     finished_after: datetime | None = None
     finished_before: datetime | None = None
     before_seq: int | None = None
+    """The keyset of one owner's walk (:func:`walks_by_id` false): jobs before this seq."""
+    before_id: uuid.UUID | None = None
+    """The keyset of a walk across owners (:func:`walks_by_id`): jobs before this id."""
     limit: int = 20
 
 
@@ -409,12 +412,20 @@ def single_owner(page: JobFilter) -> str | None:
     return page.owners[0] if len(set(page.owners)) == 1 else None
 
 
+def walks_by_id(page: JobFilter) -> bool:
+    """Whether a filter's jobs are walked by ``id`` (``pk_jobs``, or ``ix_jobs_attention``
+    for its states) rather than by ``(owner, seq)`` (``ix_jobs_owner_seq``): every filter
+    that does not select exactly one owner. Job ids are UUIDv7, so id order is creation
+    order; there is no index on ``seq`` alone (each one costs every job version an entry)."""
+    return single_owner(page) is None
+
+
 def _one_owner(owner: str) -> list[ColumnElement[bool]]:
     """``owner = :owner`` written as the closed range ``[owner, owner]``: the same rows,
     but the planner keeps ``owner`` in the listing's ``ORDER BY owner, seq`` (an
     equality would make it a constant and drop it), so only ``ix_jobs_owner_seq`` gives
-    that order. A backward walk of the every-owner index ``ix_jobs_seq``, filtering
-    other owners' rows until a page is found, is never chosen for one owner's page."""
+    that order. A backward walk of ``pk_jobs``, filtering other owners' rows until a
+    page is found, is never chosen for one owner's page."""
     return [jobs.c.owner >= owner, jobs.c.owner <= owner]
 
 
@@ -459,8 +470,10 @@ def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
 async def list_jobs(
     conn: AsyncConnection, page: JobFilter, *, now: ColumnElement[datetime] | None = None
 ) -> list[Row[Any]]:
-    """The jobs a filter selects, newest first, keyset-paginated on ``seq`` (stable
-    under inserts: a new job has a larger ``seq`` than every page already read).
+    """The jobs a filter selects, newest first, keyset-paginated: one owner's on ``seq``
+    (``before_seq``), across owners on ``id`` (``before_id``; :func:`walks_by_id`).
+    Stable under inserts: a new job has a larger ``seq`` and a larger id (UUIDv7) than
+    every page already read.
 
     Fetches ``limit + 1`` rows so the caller knows whether another page exists."""
     rows = await conn.execute(
@@ -472,13 +485,20 @@ async def list_jobs(
 
 
 def listing_query(page: JobFilter, columns: Select[Any]) -> Select[Any]:
-    """``columns`` narrowed to a listing's page: the filter, the cursor, newest first (one
-    owner's page in ``(owner, seq)`` order: ``ix_jobs_owner_seq``, read backwards)."""
+    """``columns`` narrowed to a listing's page: the filter, the cursor, newest first --
+    one owner's page in ``(owner, seq)`` order (``ix_jobs_owner_seq``, read backwards),
+    a page across owners in ``id`` order (``pk_jobs`` or ``ix_jobs_attention``, read
+    backwards). The keyset of the other walk, if set, is ignored: the caller matches
+    the cursor to the walk (:func:`walks_by_id`)."""
     conditions = job_conditions(page)
-    if page.before_seq is not None:
-        conditions.append(jobs.c.seq < page.before_seq)
-    order: tuple[ColumnElement[Any], ...] = (jobs.c.seq.desc(),)
-    if single_owner(page) is not None:
+    order: tuple[ColumnElement[Any], ...]
+    if walks_by_id(page):
+        if page.before_id is not None:
+            conditions.append(jobs.c.id < page.before_id)
+        order = (jobs.c.id.desc(),)
+    else:
+        if page.before_seq is not None:
+            conditions.append(jobs.c.seq < page.before_seq)
         order = (jobs.c.owner.desc(), jobs.c.seq.desc())
     return columns.where(and_(true(), *conditions)).order_by(*order).limit(page.limit + 1)
 
@@ -597,7 +617,9 @@ __all__ = [
     "queue_gauges",
     "queue_view",
     "scheduling_view",
+    "single_owner",
     "stages_for",
+    "walks_by_id",
 ]
 
 

@@ -140,12 +140,13 @@ class JobListing:
 
 async def list_jobs(connections: Connects, query: reads.JobFilter, *, clock: Clock) -> JobListing:
     """One page of ``query`` (``reads.list_jobs`` fetches one row beyond it), keyset
-    paginated on ``seq``: stable under concurrent inserts."""
+    paginated on ``seq`` for one owner, on ``id`` across owners (the cursor says which):
+    stable under concurrent inserts."""
     async with connections.connect() as conn:
         rows = await reads.list_jobs(conn, query, now=clock.now())
         found = page_of(rows, query.limit)
         stages = await reads.stages_for(conn, [row.id for row in found.shown])
     return JobListing(
         [job_status(row, stages[row.id]) for row in found.shown],
-        JOB_CURSOR.after(found, lambda row: row.seq),
+        JOB_CURSOR.after(query, found),
     )

@@ -3,7 +3,8 @@ through the transition table and the one executor, in ONE transaction with the
 operation's progress.
 
 A batch (:meth:`BulkBatches.run_batch`) locks the operation row while its worker holds
-the lease, reads the next jobs (a filter's, oldest first after ``position`` and at most
+the lease, reads the next jobs (a filter's, oldest first: across owners by id, after
+``after_id`` and at most ``through_id``; one owner's by seq, after ``position`` and at most
 ``through_seq``; or the next slice of the id list), and for each job decides from the
 lifecycle's :data:`~atlas_jobs._app.lifecycle.BULK_MOVES` which named transition applies
 from its state -- or why the job is skipped (:func:`~atlas_jobs._app.lifecycle.bulk_skip`,
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.db import bulk
 from atlas_jobs._app.db.moves import Actor, Applied, Step
+from atlas_jobs._app.db.reads import walks_by_id
 from atlas_jobs._app.lifecycle import (
     BULK_MOVES,
     TERMINAL_STATES,
@@ -110,17 +112,17 @@ class BulkBatches:
         action = BulkAction(op.action)
         found: dict[uuid.UUID, Row[Any]]
         missing = 0
+        after_id: uuid.UUID | None = None
         if op.filter is not None:
-            rows = await bulk.filter_batch(
-                conn,
-                bulk.stored_filter(op.filter),
-                after_seq=op.position,
-                through_seq=op.through_seq,
-                limit=self.batch_size,
-            )
+            page = bulk.stored_filter(op.filter)
+            rows = await bulk.filter_batch(conn, page, op, limit=self.batch_size)
             found = {row.id: row for row in rows}
             matched = len(rows)
-            position = rows[-1].seq if rows else op.position
+            position = op.position
+            if rows and walks_by_id(page):
+                after_id = rows[-1].id
+            elif rows:
+                position = rows[-1].seq
             last = len(rows) < self.batch_size
         else:
             wanted = list(op.job_ids[op.position : op.position + self.batch_size])
@@ -137,6 +139,7 @@ class BulkBatches:
             conn,
             op,
             position=position,
+            after_id=after_id,
             matched=matched,
             tally=_Tally(tally.done, skipped),
             finish=BulkOperationState.SUCCEEDED if last else None,
@@ -262,13 +265,17 @@ class BulkBatches:
         tally: _Tally,
         finish: BulkOperationState | None,
         error: Mapping[str, Any] | None = None,
+        after_id: uuid.UUID | None = None,
     ) -> Row[Any]:
+        """Write a batch's counts and position (``after_id``: a walk by id's new
+        position; ``None`` keeps the stored one -- it only ever advances)."""
         return (
             await conn.execute(
                 bulk.PROGRESS,
                 {
                     "id": op.id,
                     "position": position,
+                    "after_id": op.after_id if after_id is None else after_id,
                     "matched": matched,
                     "done": tally.done,
                     "skipped": json.dumps({k: v for k, v in tally.skipped.items() if v}),

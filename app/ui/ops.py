@@ -18,7 +18,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -45,6 +45,7 @@ from atlas_jobs._app.lifecycle import (
     ActorKind,
     BulkAction,
 )
+from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError, page_of
 from atlas_jobs._app.services.refusals import Refusal
 from atlas_jobs._app.services.views import job_status
 from atlas_jobs._app.transitions import Actor
@@ -242,10 +243,10 @@ async def jobs_view(
 ) -> dict[str, Any]:
     if cursor is not None and not re.fullmatch(CURSOR_PATTERN, cursor):
         raise UiBadFilterError("Malformed page cursor")
-    page_filter = replace(
-        search.to_filter(scope=None, limit=JOBS_SHOWN),
-        before_seq=int(cursor[1:]) if cursor else None,
-    )
+    try:
+        page_filter = JOB_CURSOR.apply(search.to_filter(scope=None, limit=JOBS_SHOWN), cursor)
+    except CursorMismatchError:
+        raise UiBadFilterError("Malformed page cursor") from None
     async with state.reads.connect() as conn:
         rows = await reads.list_jobs(conn, page_filter, now=state.clock.now())
         shown = rows[:JOBS_SHOWN]
@@ -254,14 +255,14 @@ async def jobs_view(
     for row in shown:
         status = job_status(row, stages[row.id])
         items.append((row.owner, status, label_of(status)[0]))
-    more = len(rows) > JOBS_SHOWN and shown
+    older = JOB_CURSOR.after(page_filter, page_of(rows, JOBS_SHOWN))
     return {
         "jobs": items,
         "search": search,
         "filter_query": query,
         "all_states": [s.value for s in ALL_STATES],
         "actions": [a.value for a in BulkAction],
-        "older": f"{query}&cursor=c{shown[-1].seq}".lstrip("&") if more else None,
+        "older": f"{query}&cursor={older}".lstrip("&") if older else None,
     }
 
 

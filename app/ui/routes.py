@@ -27,7 +27,7 @@ from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
 from atlas_jobs._app.services.access import actor_for, visible_owner
 from atlas_jobs._app.services.job_page import cancel_from_page, read_job_page
 from atlas_jobs._app.services.kinds import kinds_view
-from atlas_jobs._app.services.paging import JOB_CURSOR
+from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.reading import JobFilter, list_jobs
 from atlas_jobs._app.services.refusals import JobNotFound, Refusal
@@ -221,9 +221,12 @@ async def _listing(
         owner=wanted_owner,
         states=list(states),
         kinds=[k for k in kinds if k],
-        before_seq=JOB_CURSOR.parse(cursor),
         limit=PAGE_SIZE,
     )
+    try:
+        query = JOB_CURSOR.apply(query, cursor)
+    except CursorMismatchError:
+        raise UiBadFilterError("Malformed page cursor") from None
     listing = await list_jobs(state.reads, query, clock=state.clock)
     filters: list[tuple[str, str]] = [("state", s) for s in states]
     filters += [("kind", k) for k in query.kinds]

@@ -320,3 +320,70 @@ async def test_a_running_operation_canceled_stops_before_its_next_batch(
     async with engine.connect() as conn:
         unresolved = await conn.scalar(text("SELECT count(*) FROM jobs WHERE state = 'unresolved'"))
     assert unresolved == 2
+
+
+WALK = text(
+    "SELECT position, through_seq, through_id, after_id FROM bulk_operations WHERE id = :id"
+)
+
+
+async def test_a_filter_walks_by_id_across_owners_and_by_seq_for_one_owner(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    """Across owners an operation walks ``pk_jobs`` (its position is ``after_id``, up to
+    ``through_id``: the newest job when it was accepted); one owner's filter walks that
+    owner's ``(owner, seq)`` (``position`` up to ``through_seq``). Both act on every
+    job they matched once, in batches, and on no job created after they were accepted."""
+    alices = await unresolved_jobs(client, driver, keys.a, 3, "walk=w")
+    bobs = await unresolved_jobs(client, driver, keys.b, 2, "walk=w")
+    every = (await start(client, keys.op, action="cancel", filter={"tag": ["walk=w"]})).json()
+    only = (
+        await start(client, keys.op, action="fail", filter={"tag": ["walk=w"], "owner": ["bob"]})
+    ).json()
+    async with engine.connect() as conn:
+        across = (await conn.execute(WALK, {"id": uuid.UUID(every["id"])})).one()
+        one = (await conn.execute(WALK, {"id": uuid.UUID(only["id"])})).one()
+    assert across.through_seq is None
+    assert str(across.through_id) == max([*alices, *bobs], key=uuid.UUID)
+    assert across.after_id is None
+    assert one.through_id is None
+    assert one.through_seq is not None
+    later = await unresolved_jobs(client, driver, keys.b, 1, "walk=w")
+
+    # the oldest operation runs first: across owners
+    assert await runner(engine, transitions, batch_size=2).run_once() == 3  # 5 jobs, by 2
+    async with engine.connect() as conn:
+        across = (await conn.execute(WALK, {"id": uuid.UUID(every["id"])})).one()
+    assert str(across.after_id) == max([*alices, *bobs], key=uuid.UUID)
+    assert across.position == 0
+    done = (await client.get(every["links"]["self"], headers=keys.op)).json()
+    assert done["state"] == "succeeded"
+    assert done["counts"]["matched"] == 5
+    assert done["counts"]["done"] == 5
+    for job_id in [*alices, *bobs]:
+        assert (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()["state"] == (
+            "canceled"
+        )
+    assert (await client.get(f"/v1/jobs/{later[0]}", headers=keys.op)).json()[
+        "state"
+    ] == "unresolved"
+
+    assert await runner(engine, transitions, batch_size=2).run_once() == 2  # 2 jobs, then none
+    ended = (await client.get(only["links"]["self"], headers=keys.op)).json()
+    assert ended["state"] == "succeeded"
+    assert ended["counts"]["matched"] == 2  # bob's, not the later one
+    assert ended["counts"]["done"] == 0  # already canceled by the first
+    async with engine.connect() as conn:
+        one = (await conn.execute(WALK, {"id": uuid.UUID(only["id"])})).one()
+        newest_of_bob = await conn.scalar(
+            text("SELECT seq FROM jobs WHERE id = :id"), {"id": uuid.UUID(bobs[-1])}
+        )
+    assert one.after_id is None
+    assert one.position == newest_of_bob
+    assert (await client.get(f"/v1/jobs/{later[0]}", headers=keys.op)).json()[
+        "state"
+    ] == "unresolved"

@@ -166,6 +166,12 @@ async def test_every_filter_selects_its_jobs(
         ),
         ({"limit": 0}, "limit"),
         ({"cursor": "x1"}, "cursor"),
+        ({"cursor": "42"}, "cursor"),
+        ({"cursor": "i" + "0" * 31}, "cursor"),
+        ({"cursor": "i" + "G" * 32}, "cursor"),
+        # well formed, but one owner's cursor (by seq) for a search across owners (by id)
+        ({"cursor": "c42"}, "cursor"),
+        ({"owner": "alice", "cursor": "i" + "0" * 32}, "cursor"),
     ],
 )
 async def test_a_bad_filter_is_422_naming_the_field(
@@ -217,3 +223,43 @@ async def test_paging_across_owners_is_stable_under_inserts(
         if cursor is None:
             break
     assert seen == list(reversed(made))
+
+
+async def test_paging_every_owner_by_id_sees_each_job_once_under_inserts(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """Across owners the cursor is the id walk's (``i...``): paging through every job of
+    two owners while both keep creating jobs between pages shows each job that existed
+    at the first page exactly once, newest first, and none created later."""
+    made = [(await make(client, keys.a if i % 3 else keys.b)).json()["id"] for i in range(23)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 4}
+        if cursor:
+            params["cursor"] = cursor
+        response = await client.get("/v1/jobs", params=params, headers=keys.op)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        seen += [item["id"] for item in page["items"]]
+        await make(client, keys.a)  # newer jobs of both owners between pages
+        await make(client, keys.b)
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        assert cursor.startswith("i"), cursor
+    assert seen == list(reversed(made))
+
+    # one owner's search (the caller's own, or an operator's filter on one owner) keeps
+    # the seq walk, and its cursor says so
+    own = (await client.get("/v1/jobs", params={"limit": 2}, headers=keys.a)).json()
+    assert own["next_cursor"].startswith("c")
+    one = await client.get("/v1/jobs", params={"limit": 2, "owner": "bob"}, headers=keys.op)
+    assert one.json()["next_cursor"].startswith("c")
+    again = await client.get(
+        "/v1/jobs",
+        params={"limit": 2, "owner": "bob", "cursor": one.json()["next_cursor"]},
+        headers=keys.op,
+    )
+    assert again.status_code == 200
+    assert not {i["id"] for i in again.json()["items"]} & {i["id"] for i in one.json()["items"]}

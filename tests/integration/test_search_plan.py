@@ -1,15 +1,17 @@
 """The search's pages (:func:`atlas_jobs._app.db.reads.list_jobs`, the WHERE of
 :func:`~atlas_jobs._app.db.reads.job_conditions`) never scan the table: every owner's
-jobs and one owner's walk ``ix_jobs_seq`` / ``ix_jobs_owner_seq`` in seq order and stop
-after the page (no sort); the states an operator looks for are read from the partial
-``ix_jobs_attention`` (walked in order, or -- when few jobs match -- a bitmap of them,
-sorted), also with a kind and on a later page. A tag filter repeats the partial GIN
-index's predicate, so the planner may use it; only tagged jobs are in it."""
+jobs walk ``pk_jobs`` backwards in id order, one owner's ``ix_jobs_owner_seq`` in seq
+order, and both stop after the page (no sort); the states an operator looks for are read
+from the partial ``ix_jobs_attention`` ``(state, id)`` (walked in order, or -- when few
+jobs match -- a bitmap of them, sorted: only those jobs, never the table), also with a
+kind and on a later page. A tag filter repeats the partial GIN index's predicate, so the
+planner may use it; only tagged jobs are in it. There is no index on ``seq`` alone."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db.engine import single_statements
-from atlas_jobs._app.db.reads import JobFilter, job_conditions, list_jobs
+from atlas_jobs._app.db.reads import JobFilter, list_jobs, listing_query, walks_by_id
 from atlas_jobs._app.db.schema import jobs
 from benchmarks.operators import SEARCH_FILL
 
@@ -29,10 +31,7 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 async def _plan(engine: AsyncEngine, page: JobFilter) -> dict[str, Any]:
-    conditions = job_conditions(page)
-    if page.before_seq is not None:
-        conditions.append(jobs.c.seq < page.before_seq)
-    query = select(jobs).where(*conditions).order_by(jobs.c.seq.desc()).limit(page.limit + 1)
+    query = listing_query(page, select(jobs))
     async with engine.connect() as conn:
         compiled = query.compile(conn.sync_engine, compile_kwargs={"literal_binds": True})
         raw = (await conn.execute(text(f"EXPLAIN (FORMAT JSON) {compiled}"))).scalar_one()
@@ -48,17 +47,23 @@ async def filled(engine: AsyncEngine) -> AsyncEngine:
     return engine
 
 
+LATER = "later"
+"""A page after a cursor in the middle of the table (the id of the 30,000th job)."""
+
+
+async def _later(engine: AsyncEngine, page: JobFilter) -> JobFilter:
+    async with engine.connect() as conn:
+        middle = await conn.scalar(select(jobs.c.id).order_by(jobs.c.id).offset(30_000).limit(1))
+    return replace(page, before_id=middle)
+
+
 @pytest.mark.parametrize(
     ("page", "index", "ordered"),
     [
-        (JobFilter(owner=None), {"ix_jobs_seq"}, True),
-        # one owner in forty: its own index, or every owner's walked with a filter
-        (JobFilter(owner=None, owners=["owner-3"]), {"ix_jobs_owner_seq", "ix_jobs_seq"}, True),
-        (
-            JobFilter(owner="owner-3", states=["succeeded"]),
-            {"ix_jobs_owner_seq", "ix_jobs_seq"},
-            True,
-        ),
+        (JobFilter(owner=None), {"pk_jobs"}, True),
+        # one owner in forty: its own index, in (owner, seq) order
+        (JobFilter(owner=None, owners=["owner-3"]), {"ix_jobs_owner_seq"}, True),
+        (JobFilter(owner="owner-3", states=["succeeded"]), {"ix_jobs_owner_seq"}, True),
         (JobFilter(owner=None, states=["unresolved"]), {"ix_jobs_attention"}, False),
         (
             JobFilter(owner=None, states=["unresolved"], kinds=["document.publish"]),
@@ -66,34 +71,64 @@ async def filled(engine: AsyncEngine) -> AsyncEngine:
             False,
         ),
         (
-            JobFilter(owner=None, states=["unresolved", "canceled"], before_seq=30_000),
+            JobFilter(owner=None, states=["unresolved", "canceled"], reasons=[LATER]),
             {"ix_jobs_attention"},
             False,
         ),
+        (JobFilter(owner=None, reasons=[LATER]), {"pk_jobs"}, True),
     ],
 )
 async def test_a_search_page_reads_an_index_never_the_table(
     filled: AsyncEngine, page: JobFilter, index: set[str], ordered: bool
 ) -> None:
+    if LATER in page.reasons:
+        page = await _later(filled, replace(page, reasons=[]))
     plan = await _plan(filled, page)
     nodes = list(_nodes(plan))
     assert not any(n["Node Type"] == "Seq Scan" for n in nodes), plan
     assert index & {n.get("Index Name") for n in nodes}, plan
     if ordered:
         assert not any(n["Node Type"] == "Sort" for n in nodes), plan
+    for sort in (n for n in nodes if n["Node Type"] == "Sort"):
+        # a sort only of jobs the partial index holds (alone, or ANDed with another
+        # bitmap), never of a walk of the table
+        below = {n.get("Index Name") for n in _nodes(sort)}
+        assert "ix_jobs_attention" in below, plan
+        assert not below & {"pk_jobs", "ix_jobs_owner_seq"}, plan
     async with filled.connect() as conn:
         rows = await list_jobs(conn, page)
-    seqs = [row.seq for row in rows]
-    assert len(seqs) == page.limit + 1
-    assert seqs == sorted(seqs, reverse=True)
+    assert len(rows) == page.limit + 1
+    if walks_by_id(page):
+        keys = [row.id for row in rows]
+        if page.before_id is not None:
+            assert keys[0] < page.before_id
+    else:
+        keys = [row.seq for row in rows]
+    assert keys == sorted(keys, reverse=True)
 
 
 async def test_a_tag_search_reads_only_tagged_jobs(filled: AsyncEngine) -> None:
     plan = await _plan(filled, JobFilter(owner=None, tags=["batch=7"]))
     used = {n.get("Index Name") for n in _nodes(plan)} - {None}
-    assert used <= {"ix_jobs_tags", "ix_jobs_seq"}, plan
+    assert used <= {"ix_jobs_tags", "pk_jobs"}, plan
     assert used
     async with filled.connect() as conn:
         rows = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7"]))
     assert rows
     assert all("batch=7" in row.tags for row in rows)
+
+
+async def test_there_is_no_index_on_seq_alone(filled: AsyncEngine) -> None:
+    """Every job version costs each index on ``jobs`` an entry: searches across owners
+    walk ``pk_jobs`` instead of a full index of their own."""
+    async with filled.connect() as conn:
+        indexes = dict(
+            (
+                await conn.execute(
+                    text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'jobs'")
+                )
+            ).all()
+        )
+    assert "ix_jobs_seq" not in indexes
+    assert not [d for d in indexes.values() if d.endswith("(seq)")], indexes
+    assert indexes["ix_jobs_attention"].split(" WHERE ")[0].endswith("(state, id)")

@@ -174,3 +174,33 @@ async def test_jobs_of_every_owner_and_a_bulk_action_previewed_then_confirmed(
         )
         assert in_panel.status_code == 200  # shown in the panel, where htmx swaps it
         assert "Check at least one job" in in_panel.text
+
+
+async def test_the_jobs_of_every_owner_page_older_by_id_once_each(
+    app: FastAPI, keys: Keys, jobs: JobFactory
+) -> None:
+    """The page of every owner's jobs pages by id (its Older link's cursor is the id
+    walk's): following it shows each job once; one owner's cursor there is refused."""
+    made = [
+        (await jobs.make(JobState.UNRESOLVED, owner="alice" if i % 2 else "bob")).id
+        for i in range(30)
+    ]
+    async with browser(app) as http:
+        await log_in(http, keys.operator)
+        first = await http.get("/ui/ops/jobs", params={"state": "unresolved"})
+        assert first.status_code == 200, first.text
+        older = re.search(r'href="/ui/ops/jobs\?([^"]*)"', first.text)
+        assert older is not None, first.text
+        query = older.group(1).replace("&amp;", "&")
+        assert re.search(r"cursor=i[0-9a-f]{32}", query), query
+        await jobs.make(JobState.UNRESOLVED, owner="alice")  # a newer job between pages
+        second = await http.get(f"/ui/ops/jobs?{query}")
+        assert second.status_code == 200, second.text
+        assert 'href="/ui/ops/jobs?' not in second.text  # the last page
+        shown = re.findall(r'data-testid="ops-job-row"', first.text + second.text)
+        assert len(shown) == len(made)
+        for job_id in made:  # on exactly one of the two pages
+            assert (str(job_id) in first.text) != (str(job_id) in second.text), job_id
+        assert str(made[-1]) in first.text  # newest first
+        refused = await http.get("/ui/ops/jobs", params={"state": "unresolved", "cursor": "c5"})
+        assert refused.status_code == 422

@@ -30,9 +30,9 @@ from atlas_jobs._app.api.errors import BulkOperationEndedError, BulkOperationNot
 from atlas_jobs._app.api.header_params import PREFER, documented
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.routers.jobs import _prefer_wait
-from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN
 from atlas_jobs._app.db import bulk, reads
 from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES, ActorKind
+from atlas_jobs._app.services.paging import BULK_OPERATION_CURSOR
 from atlas_jobs._app.services.views import API_PREFIX, job_status
 from atlas_jobs._app.transitions import Actor
 
@@ -162,16 +162,16 @@ async def list_operations(
     state: StateDep,
     _principal: OperatorPrincipal,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
-    cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
+    cursor: Annotated[str | None, Query(pattern=BULK_OPERATION_CURSOR.pattern)] = None,
 ) -> BulkOperationPage:
     async with state.reads.connect() as conn:
-        rows = await bulk.listing(
-            conn, before_seq=None if cursor is None else int(cursor[1:]), limit=limit
-        )
+        rows = await bulk.listing(conn, before_seq=BULK_OPERATION_CURSOR.parse(cursor), limit=limit)
     shown = rows[:limit]
     return BulkOperationPage(
         items=[operation_public(row) for row in shown],
-        next_cursor=f"c{shown[-1].seq}" if len(rows) > limit and shown else None,
+        next_cursor=BULK_OPERATION_CURSOR.make(shown[-1].seq)
+        if len(rows) > limit and shown
+        else None,
     )
 
 

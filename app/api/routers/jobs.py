@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -30,7 +29,6 @@ from atlas_jobs._app.api.search_schemas import JobListQuery
 from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.access import actor_for, search_scope, visible_owner
 from atlas_jobs._app.services.held_reads import held_status
-from atlas_jobs._app.services.paging import JOB_CURSOR
 from atlas_jobs._app.services.reading import job_history, read_status_unless_current
 from atlas_jobs._app.services.reading import list_jobs as list_job_statuses
 from atlas_jobs._app.services.refusals import Refusal
@@ -147,9 +145,7 @@ async def list_jobs(
     end is not after its start, is 422."""
     scope = search_scope(principal, review_scope=api.settings.review_scope)
     check_owner_filter(query.owner, scope)
-    page = replace(
-        query.to_filter(scope=scope, limit=query.limit), before_seq=JOB_CURSOR.parse(query.cursor)
-    )
+    page = query.page(scope=scope)
     listing = await list_job_statuses(api.reads, page, clock=api.clock)
     return JobPage(items=listing.statuses, next_cursor=listing.next_cursor)
 

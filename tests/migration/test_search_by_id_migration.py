@@ -16,7 +16,7 @@ from atlas_jobs._app.db.engine import create_engine
 from tests.support import Server, alembic
 
 REVISION = "6e2b4c8d0f13"
-PARENT = "5d1a9c3e7b20"
+PARENT = "8a4c6e2f1b3d"
 JOBS = """
 INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds)

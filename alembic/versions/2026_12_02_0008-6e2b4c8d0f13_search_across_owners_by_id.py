@@ -20,7 +20,7 @@ skipped; a job already acted on whose id falls in that range is looked at again 
 counted skipped (its move is refused from its new state).
 
 Revision ID: 6e2b4c8d0f13
-Revises: 5d1a9c3e7b20
+Revises: 8a4c6e2f1b3d
 Create Date: 2026-12-02 07:00:00.000000+00:00
 """
 
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "6e2b4c8d0f13"
-down_revision: str | None = "5d1a9c3e7b20"
+down_revision: str | None = "8a4c6e2f1b3d"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

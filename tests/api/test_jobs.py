@@ -34,7 +34,12 @@ async def test_create_answers_202_with_location_retry_after_and_status(
     assert body["kind_version"] == 1
     assert body["attempt"] == 0
     assert body["max_attempts"] >= 1
-    assert body["delivery"] == {"state": "none", "expires_at": None}
+    assert body["delivery"] == {
+        "state": "none",
+        "expires_at": None,
+        "files": None,
+        "destination": None,
+    }
     assert body["progress"] == {"stage": None, "plan_revision": 0, "stages": []}
     assert body["links"]["self"] == response.headers["location"]
     assert body["links"]["cancel"].endswith("/cancel")

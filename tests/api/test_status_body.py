@@ -99,7 +99,12 @@ def model_by_model(job: Any, stages: Sequence[Any]) -> JobPublic:
                 StagePublic(name=s.name, unit=s.unit, done=s.done, total=s.total) for s in stages
             ],
         ),
-        delivery=DeliveryPublic(state=delivery, expires_at=job.delivery_expires_at),
+        delivery=DeliveryPublic(
+            state=delivery,
+            expires_at=job.delivery_expires_at,
+            files=job.result_files,
+            destination=job.result_destination,
+        ),
         error=_error(job.error),
         cancel=cancel,
         replay_of=job.replay_of,

@@ -406,6 +406,8 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
             return TooManySchedulesError(
                 f"{owner} has {count} schedules (limit {limit}); delete one first", limit=limit
             )
+        case refusals.BadDownloadLink(detail=detail):
+            return BadDownloadSignatureError(detail)
         case refusals.DownloadGone(detail=detail):
             return DownloadGoneError(detail)
         case refusals.ResultExpired(state=state, delivery=delivery):

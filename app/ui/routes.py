@@ -22,8 +22,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from atlas_jobs._app.api.deps import StateDep, request_id
 from atlas_jobs._app.api.errors import ApiError, problem_of
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.apikeys import authenticate, end_session, open_session
 from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
+from atlas_jobs._app.services import ui_sessions
 from atlas_jobs._app.services.access import actor_for, visible_owner
 from atlas_jobs._app.services.job_page import cancel_from_page, read_job_page
 from atlas_jobs._app.services.kinds import kinds_view
@@ -153,11 +153,11 @@ async def login_form(
 async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
     check_same_origin(request, state.settings.public_url)
     form = await read_form(request)
-    key = form.get("api_key", "").strip()
     target = safe_next(form.get("next"))
-    async with state.reads.connect() as conn:
-        principal = await authenticate(conn, key) if key else None
-    if principal is None:
+    logged_in = await ui_sessions.log_in(
+        state.reads, state.engine, form.get("api_key", ""), ttl_seconds=codec.ttl_seconds
+    )
+    if logged_in is None:
         return page(
             "login.html",
             None,
@@ -165,9 +165,7 @@ async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
             next=target,
             error="Unknown or revoked API key.",
         )
-    async with state.engine.begin() as conn:
-        token = await open_session(conn, principal.key_id, ttl_seconds=codec.ttl_seconds)
-    session = new_session(token)
+    session = new_session(logged_in.token)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE_NAME,
@@ -189,8 +187,7 @@ async def logout(request: Request, state: StateDep, codec: CodecDep) -> Response
     viewer = await viewer_from_cookie(request, state, codec)
     if viewer is not None:
         check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
-        async with state.engine.begin() as conn:  # the cookie is dead from now on
-            await end_session(conn, viewer.session.token)
+        await ui_sessions.log_out(state.engine, viewer.session.token)  # the cookie is dead now
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
     return response

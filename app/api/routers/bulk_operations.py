@@ -27,9 +27,8 @@ from atlas_jobs._app.api.bulk_schemas import (
 )
 from atlas_jobs._app.api.deps import OperatorPrincipal, StateDep, api_state
 from atlas_jobs._app.api.errors import BulkOperationEndedError, BulkOperationNotFoundError
-from atlas_jobs._app.api.header_params import PREFER, documented
+from atlas_jobs._app.api.header_params import PREFER, documented, prefer_wait
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.routers.jobs import _prefer_wait
 from atlas_jobs._app.db import bulk, reads
 from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES, ActorKind
 from atlas_jobs._app.services.paging import BULK_OPERATION_CURSOR
@@ -190,7 +189,7 @@ async def get(operation_id: uuid.UUID, request: Request, _principal: OperatorPri
     """With `Prefer: wait=N` the answer is held until the operation has ended or N
     seconds (at most `ATLAS_MAX_WAIT_SECONDS`) have passed."""
     state = api_state(request)
-    wait = _prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
+    wait = prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
     deadline = time.monotonic() + (wait or 0)
     while True:
         async with state.reads.connect() as conn:

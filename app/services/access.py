@@ -4,7 +4,8 @@ record."""
 from __future__ import annotations
 
 from atlas_jobs._app.apikeys import Principal, Role
-from atlas_jobs._app.lifecycle import ActorKind
+from atlas_jobs._app.lifecycle import ActorKind, JobState, TransitionName, transition
+from atlas_jobs._app.services.refusals import NotAllowed
 from atlas_jobs._app.transitions import Actor
 
 
@@ -21,6 +22,27 @@ def search_scope(principal: Principal, *, review_scope: str) -> str | None:
     if principal.has(Role.REVIEWER) and review_scope == "global":
         return None
     return principal.owner
+
+
+def listing_owner(principal: Principal, requested: str | None) -> str:
+    """Whose jobs a listing of one owner shows: the caller's own when none (or a blank)
+    is asked for; another owner's for operators only (:class:`NotAllowed`)."""
+    wanted = (requested or "").strip() or principal.owner
+    if wanted != principal.owner and not principal.has(Role.OPERATOR):
+        raise NotAllowed("Only operators list other owners' jobs")
+    return wanted
+
+
+_CANCELABLE = frozenset(transition(TransitionName.REQUEST_CANCEL).moves)
+
+
+def may_cancel(state: JobState, principal: Principal) -> bool:
+    """Whether the caller's cancel of a job in ``state`` can take effect (the page shows
+    its Cancel button then): the states ``request_cancel`` moves from, and
+    ``unresolved`` for an operator (whose cancel there is an operator decision)."""
+    if state in _CANCELABLE:
+        return True
+    return state == JobState.UNRESOLVED and principal.has(Role.OPERATOR)
 
 
 def actor_for(principal: Principal) -> Actor:

@@ -93,6 +93,18 @@ class TooManySchedules(Refusal):
 
 
 @dataclass(eq=False)
+class BulkOperationNotFound(Refusal):
+    """No such bulk operation."""
+
+
+@dataclass(eq=False)
+class BulkOperationEnded(Refusal):
+    """A cancel of a bulk operation that has ended (``state`` says how)."""
+
+    state: str
+
+
+@dataclass(eq=False)
 class BadDownloadLink(Refusal):
     """The signed download link's signature is bad, or the link expired (``detail``:
     what to do; ``None``: nothing to say beyond that)."""

@@ -21,6 +21,7 @@ from atlas_jobs._app.apikeys import (
     end_sessions,
     open_session,
 )
+from atlas_jobs._app.db.engine import Connects
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class LoggedIn:
 
 
 async def log_in(
-    reads: AsyncEngine, engine: AsyncEngine, api_key: str, *, ttl_seconds: int
+    reads: Connects, engine: AsyncEngine, api_key: str, *, ttl_seconds: int
 ) -> LoggedIn | None:
     """Open a session for an active API key (``None``: no key given, or an unknown or
     revoked one -- nothing is written). The key is checked on the read pool, the session
@@ -49,7 +50,7 @@ async def log_in(
     return LoggedIn(principal, token)
 
 
-async def session_principal(reads: AsyncEngine, token: str) -> Principal | None:
+async def session_principal(reads: Connects, token: str) -> Principal | None:
     """Who a session token acts for, checked on every request (one statement, like the
     API's key check): ``None`` once it was logged out, expired, or its key revoked."""
     async with reads.connect() as conn:

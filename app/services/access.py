@@ -51,6 +51,11 @@ def actor_for(principal: Principal) -> Actor:
     return Actor(kind, principal.owner)
 
 
+def operator_actor(principal: Principal) -> Actor:
+    """The actor of an operator-only action (routes that require the role): ``operator:<owner>``."""
+    return Actor(ActorKind.OPERATOR, principal.owner)
+
+
 def submitter(principal: Principal) -> Actor:
     """The creation's actor: ``client:<owner>``, carrying the key that submitted (the
     history row records it: the four-eyes rule of reviews)."""

@@ -3,6 +3,9 @@ record."""
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Sequence
+
 from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.lifecycle import ActorKind, JobState, TransitionName, transition
 from atlas_jobs._app.services.refusals import NotAllowed
@@ -22,6 +25,16 @@ def search_scope(principal: Principal, *, review_scope: str) -> str | None:
     if principal.has(Role.REVIEWER) and review_scope == "global":
         return None
     return principal.owner
+
+
+def check_owner_filter(owners: Sequence[str], scope: str | None) -> None:
+    """A search scoped to one owner (:func:`search_scope`) names no other
+    (:class:`NotAllowed`: the role is missing)."""
+    if scope is not None and any(owner != scope for owner in owners):
+        raise NotAllowed(
+            "Searching another owner's jobs needs the operator role (or a reviewer's "
+            "global review scope)"
+        )
 
 
 def listing_owner(principal: Principal, requested: str | None) -> str:
@@ -60,3 +73,13 @@ def submitter(principal: Principal) -> Actor:
     """The creation's actor: ``client:<owner>``, carrying the key that submitted (the
     history row records it: the four-eyes rule of reviews)."""
     return Actor(ActorKind.CLIENT, principal.owner, key_id=principal.key_id)
+
+
+def may_read_metrics(configured_token: str | None, authorization: str | None) -> bool:
+    """Whether a scrape may read the metrics: always when no ``ATLAS_METRICS_TOKEN`` is
+    set, else only with ``Authorization: Bearer <token>`` (compared in constant time)."""
+    if configured_token is None:
+        return True
+    return hmac.compare_digest(
+        (authorization or "").encode(), f"Bearer {configured_token}".encode()
+    )

@@ -17,7 +17,6 @@ from atlas_jobs._app.api.deps import (
     StateDep,
     api_state,
     bind_job,
-    check_owner_filter,
     request_id,
 )
 from atlas_jobs._app.api.header_params import (
@@ -32,7 +31,12 @@ from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS
 from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
 from atlas_jobs._app.api.search_schemas import JobListQuery
 from atlas_jobs._app.services import actions
-from atlas_jobs._app.services.access import actor_for, search_scope, visible_owner
+from atlas_jobs._app.services.access import (
+    actor_for,
+    check_owner_filter,
+    search_scope,
+    visible_owner,
+)
 from atlas_jobs._app.services.held_reads import held_status
 from atlas_jobs._app.services.reading import job_history, read_status_unless_current
 from atlas_jobs._app.services.reading import list_jobs as list_job_statuses

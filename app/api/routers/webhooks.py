@@ -155,7 +155,7 @@ async def job_notifications(
                 attempts=row.attempts,
                 last_status_code=row.last_status_code,
                 last_error=row.last_error,
-                next_attempt_at=row.next_attempt_at if row.state == "pending" else None,
+                next_attempt_at=endpoints.next_attempt_at(row),
                 created_at=row.created_at,
                 delivered_at=row.delivered_at,
             )

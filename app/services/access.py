@@ -12,6 +12,12 @@ from atlas_jobs._app.services.refusals import NotAllowed
 from atlas_jobs._app.transitions import Actor
 
 
+def is_operator(principal: Principal) -> bool:
+    """Whether the caller acts on every owner's jobs (the operator role): the operator
+    views and actions need it."""
+    return principal.has(Role.OPERATOR)
+
+
 def visible_owner(principal: Principal) -> str | None:
     """Whose jobs the caller may see: its own, or every owner's for operators."""
     return None if principal.has(Role.OPERATOR) else principal.owner

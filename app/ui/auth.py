@@ -23,7 +23,7 @@ from fastapi import Depends, Request
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.apikeys import Principal
-from atlas_jobs._app.roles import Role
+from atlas_jobs._app.services.access import is_operator
 from atlas_jobs._app.services.ui_sessions import session_principal
 from atlas_jobs._app.signing import load_secret
 from atlas_jobs._app.ui.session import COOKIE_NAME, Session, SessionCodec
@@ -58,7 +58,7 @@ class Viewer:
 
     @property
     def is_operator(self) -> bool:
-        return self.principal.has(Role.OPERATOR)
+        return is_operator(self.principal)
 
 
 def session_codec(request: Request, state: StateDep) -> SessionCodec:

@@ -8,13 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Response
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from atlas_jobs._app.api.errors import ApiError, problem_of
 from atlas_jobs._app.lifecycle import JobState, is_terminal
-from atlas_jobs._app.services.actions import Moved, refusal_of, settled
-from atlas_jobs._app.services.reading import public_status
-from atlas_jobs._app.services.refusals import MoveRefused
+from atlas_jobs._app.services.actions import Moved
 from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import (
     due_at,
@@ -23,7 +19,6 @@ from atlas_jobs._app.services.views import (
     waiting_for,
     waiting_tag,
 )
-from atlas_jobs._app.transitions import MoveResult, Rejected
 
 
 def status_headers(
@@ -43,19 +38,6 @@ def status_headers(
     return found
 
 
-async def answer(
-    conn: AsyncConnection, outcome: MoveResult, response: Response
-) -> JobPublic | ApiError:
-    """The answer to a move: the status of the row the write returned (same
-    connection, same transaction; nothing is re-read), or the move's problem -- returned,
-    not raised, so the transaction still commits what a refusal records (a late cancel):
-    raise it with :func:`settle` after the commit."""
-    found = await settled(conn, outcome)
-    if isinstance(found, MoveRefused):
-        return problem_of(found)
-    return respond(found, response)
-
-
 def respond(moved: Moved, response: Response) -> JobPublic:
     """The status body of a move that took effect, its headers set on ``response`` (a
     replay: 200 with ``Idempotency-Replayed: true``)."""
@@ -64,13 +46,6 @@ def respond(moved: Moved, response: Response) -> JobPublic:
         response.headers["Idempotency-Replayed"] = "true"
     response.headers.update(status_headers(moved.job, public=moved.public))
     return moved.public
-
-
-def settle(reply: JobPublic | ApiError) -> JobPublic:
-    """The body of an :func:`answer`, or its problem raised."""
-    if isinstance(reply, ApiError):
-        raise reply
-    return reply
 
 
 def status_response(
@@ -85,14 +60,3 @@ def status_response(
         headers=headers,
         media_type="application/json",
     )
-
-
-async def answer_row(conn: AsyncConnection, job: Any, response: Response) -> JobPublic:
-    public = await public_status(conn, job)
-    response.headers.update(status_headers(job, public=public))
-    return public
-
-
-async def problem_for(conn: AsyncConnection, outcome: Rejected) -> ApiError:
-    """The problem of a refused move (the one mapping: :func:`problem_of`)."""
-    return problem_of(await refusal_of(conn, outcome))

@@ -110,15 +110,6 @@ def request_id() -> str | None:
     return REQUEST_ID.get()
 
 
-def check_owner_filter(owners: list[str], scope: str | None) -> None:
-    """A search scoped to one owner names no other (403: the role is missing)."""
-    if scope is not None and any(owner != scope for owner in owners):
-        raise ForbiddenError(
-            "Searching another owner's jobs needs the operator role (or a reviewer's "
-            "global review scope)"
-        )
-
-
 def bind_job(job_id: uuid.UUID) -> None:
     structlog.contextvars.bind_contextvars(job_id=str(job_id))
 

@@ -406,6 +406,12 @@ def problem_of(refusal: refusals.Refusal) -> ApiError:
             return TooManySchedulesError(
                 f"{owner} has {count} schedules (limit {limit}); delete one first", limit=limit
             )
+        case refusals.BulkOperationNotFound():
+            return BulkOperationNotFoundError()
+        case refusals.BulkOperationEnded(state=state):
+            return BulkOperationEndedError(f"The bulk operation has ended: {state}", state=state)
+        case refusals.BadDownloadLink(detail=detail):
+            return BadDownloadSignatureError(detail)
         case refusals.DownloadGone(detail=detail):
             return DownloadGoneError(detail)
         case refusals.ResultExpired(state=state, delivery=delivery):

@@ -20,6 +20,7 @@ errors only (FastAPI listed both).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -105,3 +106,28 @@ PREFER = HeaderParam(
     max_length=512,
     examples=("wait=25",),
 )
+
+
+_DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
+
+
+def prefer_wait(prefer: str | None, cap: float) -> int | None:
+    """The ``wait`` preference (RFC 7240 section 4.3: ``wait=delta-seconds``, an integer
+    of seconds) capped at ``cap``; ``None`` when there is none or its value is not an
+    integer (``wait=1e9``, ``wait=-1``, ``wait=2.5``): a preference the server cannot
+    parse is ignored, never half-read. Preferences are comma-separated, each ``name
+    [= value] *(; parameter)``; names are case-insensitive, a value may be quoted, and
+    only the first ``wait`` counts (section 2)."""
+    if not prefer:
+        return None
+    for preference in prefer.split(","):
+        name, _, value = preference.split(";", 1)[0].partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        if not _DELTA_SECONDS.fullmatch(value):
+            return None
+        return int(min(int(value), cap))
+    return None

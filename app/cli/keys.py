@@ -12,7 +12,7 @@ import typer
 from atlas_jobs._app.roles import Role
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from atlas_jobs._app.apikeys import KeyListing
 
@@ -23,7 +23,9 @@ keys_app = typer.Typer(
 T = TypeVar("T")
 
 
-def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+def _with_engine(action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run ``action`` against the configured (migrated) database, on a one-connection
+    engine disposed afterwards."""
     import asyncio
 
     from atlas_jobs._app.cli.preflight import migrated_database_url
@@ -34,12 +36,19 @@ def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     async def run() -> T:
         engine = create_engine(url, pool_size=1, application_name="atlas-cli")
         try:
-            async with engine.begin() as conn:
-                return await action(conn)
+            return await action(engine)
         finally:
             await engine.dispose()
 
     return asyncio.run(run())
+
+
+def _in_transaction(action: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def in_transaction(engine: AsyncEngine) -> T:
+        async with engine.begin() as conn:
+            return await action(conn)
+
+    return _with_engine(in_transaction)
 
 
 @keys_app.command("create")
@@ -132,9 +141,9 @@ def end_sessions_command(
     if owner is None and key_id is None and not all_sessions:
         typer.echo("name --owner, --key or --all", err=True)
         raise typer.Exit(2)
-    from atlas_jobs._app.apikeys import end_sessions
+    from atlas_jobs._app.services.ui_sessions import end_all
 
-    async def action(conn: AsyncConnection) -> int:
-        return await end_sessions(conn, owner=owner, key_id=key_id)
+    async def action(engine: AsyncEngine) -> int:
+        return await end_all(engine, owner=owner, key_id=key_id)
 
-    typer.echo(f"ended {_in_transaction(action)} session(s)")
+    typer.echo(f"ended {_with_engine(action)} session(s)")

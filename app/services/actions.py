@@ -17,10 +17,13 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.services.reading import public_status
 from atlas_jobs._app.services.refusals import FourEyesRefused, MoveRefused
-from atlas_jobs._app.services.schemas import JobPublic
+from atlas_jobs._app.services.schemas import JobPublic, RescheduleCreate
+from atlas_jobs._app.services.timing import after_start_by_refusal, check_reschedule
 from atlas_jobs._app.transitions import (
     Actor,
     Approver,
@@ -29,6 +32,7 @@ from atlas_jobs._app.transitions import (
     RejectReason,
     SameHandsRefused,
     Transitions,
+    after_start_by,
 )
 
 
@@ -148,22 +152,33 @@ async def replay(
     return await _run(engine, lambda conn: transitions.replay(conn, job_id, actor=actor, note=note))
 
 
+@dataclass(frozen=True, slots=True)
+class ReviewPolicy:
+    """The review rules the service is configured with: ``scope`` ``"owner"`` (a
+    reviewer decides its own owner's jobs only; another's is "not found") or
+    ``"global"``; ``four_eyes``: an approval by the hands that submitted the job is
+    refused."""
+
+    scope: str
+    four_eyes: bool
+
+
 async def review(
     engine: AsyncEngine,
     transitions: Transitions,
     job_id: uuid.UUID,
     *,
     approve: bool,
-    reviewer: str,
-    key_id: uuid.UUID,
+    reviewer: Principal,
     note: str | None,
-    owner: str | None,
-    four_eyes: Approver | None,
+    policy: ReviewPolicy,
 ) -> Moved:
-    """A reviewer's decision at a job's gate; with ``four_eyes``, an approval by the
-    hands that submitted the job is refused (:class:`FourEyesRefused`, nothing
-    written)."""
-    actor = Actor(ActorKind.REVIEWER, reviewer, key_id=key_id)
+    """A reviewer's decision at a job's gate, within the policy's scope; with four-eyes
+    reviews, an approval by the hands that submitted the job is refused
+    (:class:`FourEyesRefused`, nothing written)."""
+    actor = Actor(ActorKind.REVIEWER, reviewer.owner, key_id=reviewer.key_id)
+    owner = reviewer.owner if policy.scope == "owner" else None
+    four_eyes = Approver(reviewer.key_id, reviewer.holder) if policy.four_eyes else None
     try:
         return await _run(
             engine,
@@ -179,6 +194,40 @@ async def review(
         )
     except SameHandsRefused as refused:
         raise FourEyesRefused(refused.holder, holder_required=refused.holder_required) from None
+
+
+async def reschedule(
+    engine: AsyncEngine,
+    transitions: Transitions,
+    job_id: uuid.UUID,
+    body: RescheduleCreate,
+    *,
+    clock: Clock,
+    actor: Actor,
+    owner: str | None,
+    request_id: str | None,
+) -> Moved:
+    """Move or drop a queued job's delay. The body is checked first (422 naming the
+    field); a new not-before that is not before the job's ``start_by`` is the caller's
+    mistake, refused as a 422 naming the field that asked for it (and rolled back),
+    while a job no longer queued is a refused move (409, with its state)."""
+    check_reschedule(body, clock)
+
+    async def move(conn: AsyncConnection) -> MoveResult:
+        outcome = await transitions.reschedule(
+            conn,
+            job_id,
+            run_at=body.run_at,
+            delay_seconds=None if body.delay_seconds is None else float(body.delay_seconds),
+            actor=actor,
+            owner=owner,
+            request_id=request_id,
+        )
+        if isinstance(outcome, Rejected) and after_start_by(outcome):
+            raise after_start_by_refusal(body, outcome)
+        return outcome
+
+    return await _run(engine, move)
 
 
 async def signal(

@@ -10,13 +10,16 @@ page at a time.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from atlas_jobs._app.lifecycle import DeliveryState, JobState
 from atlas_jobs._app.services.feeds import FeedHub, Watcher
+from atlas_jobs._app.services.refusals import JobNotFound
 from atlas_jobs._app.services.schemas import JobPublic
+from atlas_jobs._app.services.snapshots import Snapshot
 from atlas_jobs._app.services.views import settled
 
 MAX_EVENT_ID = 2**63  # history seq is a bigint
@@ -31,6 +34,52 @@ class Transition:
 @dataclass(frozen=True, slots=True)
 class Progress:
     status: JobPublic
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """The job as a watcher sees it now; ``settled``: the last one it will see."""
+
+    snapshot: Snapshot
+    settled: bool
+
+
+async def open_job_stream(
+    feeds: FeedHub, job_id: uuid.UUID, *, key_id: uuid.UUID, owner: str | None
+) -> Watcher:
+    """A watcher of the job's shared feed for API key ``key_id`` (its caps: 429 / 503),
+    admitted only when ``owner`` may see the job: :class:`JobNotFound` otherwise (the
+    watcher's slot is freed). The caller closes the watcher when its stream ends."""
+    watcher = await feeds.open(job_id, key_id)
+    try:
+        if watcher.snapshot is None or watcher.snapshot.visible_to(owner) is None:
+            raise JobNotFound()
+    except BaseException:
+        watcher.close()
+        raise
+    return watcher
+
+
+async def job_snapshots(
+    feeds: FeedHub, watcher: Watcher, owner: str | None, *, idle_seconds: float
+) -> AsyncIterator[Seen]:
+    """The job's snapshots as the feed has them: the current one, then one each time it
+    changes and again every ``idle_seconds`` without news. Ends after a settled one,
+    when the job is not visible to ``owner``, or when the feeds drain."""
+    snapshot = watcher.snapshot
+    while snapshot is not None:
+        job = snapshot.visible_to(owner)
+        if job is None:
+            return
+        done = settled(JobState(job.state), DeliveryState(job.delivery_state))
+        yield Seen(snapshot, settled=done)
+        if done:
+            return
+        found = await watcher.next(idle_seconds)
+        if found is None and feeds.draining:
+            return
+        if found is not None:
+            snapshot = found
 
 
 def resume_after(last_event_id: str | None) -> int:

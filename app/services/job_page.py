@@ -13,11 +13,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import one_snapshot
+from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.actions import settled
 from atlas_jobs._app.services.reading import public_status
 from atlas_jobs._app.services.refusals import JobNotFound, MoveRefused
-from atlas_jobs._app.services.schemas import HistoryItem, JobPublic
-from atlas_jobs._app.services.views import history_item
+from atlas_jobs._app.services.schemas import HistoryItem, JobPublic, ResultFile
+from atlas_jobs._app.services.views import (
+    effective_delivery,
+    history_item,
+    result_files,
+    result_publication,
+)
+from atlas_jobs._app.signing import DownloadSigner
 from atlas_jobs._app.transitions import Actor, Transitions
 
 
@@ -31,6 +38,34 @@ class JobPage:
     status: JobPublic
     history: list[HistoryItem]
     refused: MoveRefused | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShownDetails:
+    """What a job's page shows beside its status: the result's download links and where
+    it was published (both only while the result is available), and the job's input
+    (its owner's eyes only)."""
+
+    files: list[ResultFile]
+    publication: dict[str, Any] | None
+    job_input: Any | None
+
+
+def shown_details(
+    job: Any, signer: DownloadSigner, *, key_id: uuid.UUID, owner: str
+) -> ShownDetails:
+    """The details of ``job`` the viewer (key ``key_id`` of ``owner``) may see: signed
+    links exactly when ``GET /v1/jobs/{id}/result`` would give them (relative URLs, so
+    the browser stays on the origin that served the page), the publication of an
+    available result, and the input only to the job's owner (an operator looking at
+    another owner's job does not see it)."""
+    available = effective_delivery(job) == DeliveryState.AVAILABLE
+    publication = result_publication(job) if available else None
+    return ShownDetails(
+        files=result_files(job, signer, key_id, "") if available else [],
+        publication=None if publication is None else publication.model_dump(mode="json"),
+        job_input=job.input if job.owner == owner else None,
+    )
 
 
 async def _history(conn: AsyncConnection, job_id: uuid.UUID, limit: int) -> list[HistoryItem]:

@@ -4,6 +4,7 @@ bound."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,3 +24,20 @@ async def database_checks(engine: AsyncEngine, *, within_seconds: float) -> dict
         checks["database"] = f"unavailable: {type(exc).__name__}"
         checks["migrations"] = "unknown"
     return checks
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the process should be sent traffic, and each check's answer."""
+
+    ready: bool
+    checks: dict[str, str]
+
+
+async def readiness(engine: AsyncEngine, *, draining: bool, within_seconds: float) -> Readiness:
+    """Ready when the database answers, its migrations are current and the process is
+    not draining (shutting down: its load balancer should stop sending it requests)."""
+    checks = await database_checks(engine, within_seconds=within_seconds)
+    checks["draining"] = "yes" if draining else "no"
+    ready = checks["database"] == "ok" and checks["migrations"] == "ok" and not draining
+    return Readiness(ready, checks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -136,6 +136,8 @@ class JobListing:
 
     statuses: list[JobPublic]
     next_cursor: str | None
+    owners: list[str] = field(default_factory=list)
+    """Each status's owner, in the same order (an operator's listing shows them)."""
 
 
 async def list_jobs(connections: Connects, query: reads.JobFilter, *, clock: Clock) -> JobListing:
@@ -149,4 +151,5 @@ async def list_jobs(connections: Connects, query: reads.JobFilter, *, clock: Clo
     return JobListing(
         [job_status(row, stages[row.id]) for row in found.shown],
         JOB_CURSOR.after(query, found),
+        [row.owner for row in found.shown],
     )

@@ -93,6 +93,26 @@ class TooManySchedules(Refusal):
 
 
 @dataclass(eq=False)
+class BulkOperationNotFound(Refusal):
+    """No such bulk operation."""
+
+
+@dataclass(eq=False)
+class BulkOperationEnded(Refusal):
+    """A cancel of a bulk operation that has ended (``state`` says how)."""
+
+    state: str
+
+
+@dataclass(eq=False)
+class BadDownloadLink(Refusal):
+    """The signed download link's signature is bad, or the link expired (``detail``:
+    what to do; ``None``: nothing to say beyond that)."""
+
+    detail: str | None = None
+
+
+@dataclass(eq=False)
 class DownloadGone(Refusal):
     """The signed download's job or file is no longer available (``detail`` says which)."""
 

@@ -12,10 +12,20 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.reading import read_status_once
-from atlas_jobs._app.services.refusals import DownloadGone, ResultExpired, ResultNotReady
+from atlas_jobs._app.services.refusals import (
+    BadDownloadLink,
+    DownloadGone,
+    ResultExpired,
+    ResultNotReady,
+)
 from atlas_jobs._app.services.schemas import ResultPublic
 from atlas_jobs._app.services.views import effective_delivery, result_files, result_publication
-from atlas_jobs._app.signing import DownloadGrant, DownloadSigner
+from atlas_jobs._app.signing import (
+    DownloadGrant,
+    DownloadSigner,
+    ExpiredDownloadTokenError,
+    InvalidDownloadTokenError,
+)
 from atlas_jobs._app.storage import PublishedFile, ResultStore
 
 
@@ -48,11 +58,22 @@ async def read_result(
     )
 
 
+def download_grant(signer: DownloadSigner, token: str) -> DownloadGrant:
+    """The grant a signed download link carries (the token is the credential: no API
+    key); refused (:class:`BadDownloadLink`) when its signature is bad or it expired."""
+    try:
+        return signer.verify(token)
+    except ExpiredDownloadTokenError:
+        raise BadDownloadLink("The download link expired; read the result again") from None
+    except InvalidDownloadTokenError:
+        raise BadDownloadLink() from None
+
+
 async def open_download(
     engine: AsyncEngine, store: ResultStore, grant: DownloadGrant, *, clock: Clock
 ) -> PublishedFile:
-    """The published file a verified download grant names; refused
-    (:class:`DownloadGone`) once the delivery is not ``available`` (expired at the
+    """The published file a verified download grant (:func:`download_grant`) names;
+    refused (:class:`DownloadGone`) once the delivery is not ``available`` (expired at the
     boundary, withdrawn), the key that asked for the link was revoked, or the file is
     not one of the result's."""
     async with engine.connect() as conn:

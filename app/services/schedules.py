@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,8 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import schedules as store
 from atlas_jobs._app.db.schedules import ScheduleSpec
 from atlas_jobs._app.scheduling import Cron, InvalidScheduleError, check_interval, parse
-from atlas_jobs._app.services.creation import check_notify_target
+from atlas_jobs._app.services.access import actor_for
+from atlas_jobs._app.services.creation import check_notify_target, concurrency_of, validated_input
 from atlas_jobs._app.services.paging import Page, fetch_size, page_of
 from atlas_jobs._app.services.refusals import (
     InvalidRequest,
@@ -28,19 +30,95 @@ from atlas_jobs._app.services.refusals import (
     ScheduleNotFound,
     TooManySchedules,
 )
+from atlas_jobs._app.services.schemas import JobCreateBase
 
 __all__ = [
     "ScheduleSpec",
+    "ScheduledKind",
     "change",
     "create",
+    "created_by",
     "fires",
     "instant_before",
+    "job_changes",
     "owner_for",
     "page",
     "read",
     "remove",
+    "scheduled_kind",
     "validated_cron",
 ]
+
+_JOB = ("body", "job")
+"""Where a schedule's job sits in the request body (the refusals name it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledKind:
+    """The validated kind, version and normalized input of a schedule's job."""
+
+    kind: str
+    kind_version: int
+    input: dict[str, Any]
+
+
+def scheduled_kind(job: JobCreateBase) -> ScheduledKind:
+    """A schedule's job, validated now so a tick never meets an input it cannot run:
+    the kind and its input, the timing relative to each tick (:func:`check_tick_timing`),
+    and a concurrency key only for a kind that takes one (each refused naming the
+    field)."""
+    spec, normalized = validated_input(job, _JOB)
+    check_tick_timing(job)
+    concurrency_of(spec, job.concurrency_key, _JOB)  # refused for a key it takes none of
+    return ScheduledKind(spec.name, spec.version, normalized)
+
+
+def check_tick_timing(job: JobCreateBase) -> None:
+    """A schedule's job is timed relative to each tick (``delay_seconds``,
+    ``start_within_seconds``, the start deadline after the delay); an instant
+    (``run_at``, ``start_by``) means nothing for a recurring job: refused naming it."""
+    errors = [
+        {
+            "loc": [*_JOB, name],
+            "msg": "a schedule's job is timed relative to its tick: use "
+            + ("delay_seconds" if name == "run_at" else "start_within_seconds"),
+            "type": "not_on_a_schedule",
+        }
+        for name in ("run_at", "start_by")
+        if getattr(job, name) is not None
+    ]
+    delay, within = job.delay_seconds, job.start_within_seconds
+    if delay is not None and within is not None and within <= delay:
+        errors.append(
+            {
+                "loc": [*_JOB, "start_within_seconds"],
+                "msg": "must be more than delay_seconds",
+                "type": "before_run_at",
+            }
+        )
+    if errors:
+        raise InvalidRequest("The schedule's job timing is invalid", errors=errors)
+
+
+def job_changes(job: JobCreateBase) -> dict[str, Any]:
+    """The stored fields a new job of a schedule sets (column -> value), validated like a
+    creation's (:func:`scheduled_kind`)."""
+    found = scheduled_kind(job)
+    return {
+        "kind": found.kind,
+        "kind_version": found.kind_version,
+        "input": found.input,
+        "notify_webhook_id": job.notify,
+        "job_delay_seconds": job.delay_seconds,
+        "job_start_within_seconds": job.start_within_seconds,
+        "priority": job.priority,
+        "concurrency_key": job.concurrency_key,
+    }
+
+
+def created_by(principal: Principal) -> str:
+    """Who a schedule records as its creator: ``operator:<owner>`` or ``client:<owner>``."""
+    return str(actor_for(principal))
 
 
 def owner_for(principal: Principal, requested: str | None) -> str:

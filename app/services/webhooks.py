@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
@@ -88,3 +89,8 @@ async def deliveries(
         if await reads.get_job(conn, job_id, owner=owner) is None:
             raise JobNotFound()
         return await store.deliveries_of(conn, job_id)
+
+
+def next_attempt_at(delivery: Any) -> datetime | None:
+    """When a delivery is tried again: only a ``pending`` one has a next attempt."""
+    return delivery.next_attempt_at if delivery.state == "pending" else None

@@ -22,7 +22,9 @@ from fastapi import Depends, Request
 
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.apikeys import Principal, Role, authenticate_session
+from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.services.access import is_operator
+from atlas_jobs._app.services.ui_sessions import session_principal
 from atlas_jobs._app.signing import load_secret
 from atlas_jobs._app.ui.session import COOKIE_NAME, Session, SessionCodec
 
@@ -56,7 +58,7 @@ class Viewer:
 
     @property
     def is_operator(self) -> bool:
-        return self.principal.has(Role.OPERATOR)
+        return is_operator(self.principal)
 
 
 def session_codec(request: Request, state: StateDep) -> SessionCodec:
@@ -79,8 +81,7 @@ async def viewer_from_cookie(
     session = codec.decode(request.cookies.get(COOKIE_NAME))
     if session is None:
         return None
-    async with state.reads.connect() as conn:  # one statement, like the API's key check
-        principal = await authenticate_session(conn, session.token)
+    principal = await session_principal(state.reads, session.token)
     return None if principal is None else Viewer(principal, session)
 
 

@@ -1,7 +1,7 @@
 """The operators' charts as server-rendered SVG (no script, no library): jobs created,
 finished by outcome, and the queue's oldest claimable age per kind, over the last hour
 (per minute) or day (per 24 minutes), from the rollup
-(:func:`atlas_jobs._app.db.activity.chart`).
+(:func:`atlas_jobs._app.services.activity.chart`).
 
 Each chart is a fixed-size ``<svg>`` with a title, a y axis labelled at 0 and at its
 maximum, time labels at both ends and the middle, and a legend in words, so a
@@ -18,7 +18,7 @@ from typing import Final
 
 from markupsafe import Markup, escape
 
-from atlas_jobs._app.db.activity import Chart, Point
+from atlas_jobs._app.services.activity import Chart, Point
 
 WIDTH: Final = 560
 HEIGHT: Final = 200

@@ -21,11 +21,12 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from atlas_jobs._app.api.deps import StateDep
 from atlas_jobs._app.api.sse import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.lifecycle import DeliveryState, JobState
 from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.event_stream import job_snapshots, open_job_stream
 from atlas_jobs._app.services.feeds import Watcher
+from atlas_jobs._app.services.refusals import JobNotFound
 from atlas_jobs._app.services.snapshots import Snapshot
-from atlas_jobs._app.services.views import history_item, settled
+from atlas_jobs._app.services.views import history_item
 from atlas_jobs._app.ui.auth import CurrentViewer, UiNotFoundError, Viewer
 from atlas_jobs._app.ui.rendering import HISTORY_SHOWN, render
 from atlas_jobs._app.ui.routes import parse_job_id, router, view_of
@@ -45,20 +46,13 @@ async def panels(
     owner = visible_owner(viewer.principal)
     try:
         yield ServerSentEvent(retry=RETRY_MILLISECONDS, sep=SEP)
-        snapshot = watcher.snapshot
-        while snapshot is not None:
-            job = snapshot.visible_to(owner)
-            if job is None:
-                return
-            yield ServerSentEvent(render_panel(state, snapshot, viewer), event="panel", sep=SEP)
-            if settled(JobState(job.state), DeliveryState(job.delivery_state)):
+        async for seen in job_snapshots(
+            state.feeds, watcher, owner, idle_seconds=KEEPALIVE_SECONDS
+        ):
+            panel = render_panel(state, seen.snapshot, viewer)
+            yield ServerSentEvent(panel, event="panel", sep=SEP)
+            if seen.settled:
                 yield ServerSentEvent("settled", event="done", sep=SEP)
-                return
-            found = await watcher.next(KEEPALIVE_SECONDS)
-            if found is None and state.feeds.draining:
-                return
-            if found is not None:
-                snapshot = found
     finally:
         watcher.close()
 
@@ -66,11 +60,16 @@ async def panels(
 @router.get("/jobs/{job_id}/live", name="ui-job-live", response_class=EventSourceResponse)
 async def live(job_id: str, state: StateDep, viewer: CurrentViewer) -> Response:
     job_uuid = parse_job_id(job_id)
-    watcher = await state.feeds.open(job_uuid, viewer.principal.key_id)
     try:
-        snapshot = watcher.snapshot
-        if snapshot is None or snapshot.visible_to(visible_owner(viewer.principal)) is None:
-            raise UiNotFoundError()
+        watcher = await open_job_stream(
+            state.feeds,
+            job_uuid,
+            key_id=viewer.principal.key_id,
+            owner=visible_owner(viewer.principal),
+        )
+    except JobNotFound:
+        raise UiNotFoundError() from None
+    try:
         return WatchedStream(panels(state, watcher, viewer), watcher=watcher)
     except BaseException:
         watcher.close()

@@ -5,8 +5,8 @@ the API -- the jobs of every owner.
 Operators only: every route here, reads included, checks the role (a hidden link is not
 a permission). Writes go where the API's go -- the pause service
 (:mod:`atlas_jobs._app.services.pauses`) and the bulk operations' accept and preview
-(:mod:`atlas_jobs._app.db.bulk`, the SQL ``POST /v1/bulk-operations`` runs) -- after the
-page's same-origin and CSRF checks.
+(:mod:`atlas_jobs._app.services.bulk_operations`, as ``POST /v1/bulk-operations``) -- after
+the page's same-origin and CSRF checks.
 ``/ui/ops/live`` is the page's event stream: an ``activity`` event each time the charts'
 rollup may have moved (its interval), on which the charts re-read -- no query per viewer
 in the stream itself.
@@ -38,17 +38,14 @@ from atlas_jobs._app.api.pause_schemas import KindPauseCreate, KindResumeCreate
 from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN, JobSearch
 from atlas_jobs._app.api.sse import RETRY_MILLISECONDS, SEP
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.db import activity, bulk, reads
 from atlas_jobs._app.lifecycle import (
     ALL_STATES,
-    TERMINAL_BULK_OPERATION_STATES,
-    ActorKind,
     BulkAction,
 )
-from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError, page_of
-from atlas_jobs._app.services.refusals import Refusal
-from atlas_jobs._app.services.views import job_status
-from atlas_jobs._app.transitions import Actor
+from atlas_jobs._app.services import activity, bulk_operations
+from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError
+from atlas_jobs._app.services.reading import list_jobs
+from atlas_jobs._app.services.refusals import BulkOperationNotFound, Refusal
 from atlas_jobs._app.ui import charts
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
@@ -76,10 +73,9 @@ async def charts_view(state: ApiState, window: str) -> dict[str, Any]:
     if window not in charts.WINDOWS:
         raise UiBadFilterError(f"Unknown window {window!r}: hour or day")
     minutes, bucket = charts.WINDOWS[window]
-    async with state.reads.connect() as conn:
-        chart = await activity.chart(
-            conn, state.clock, window_minutes=minutes, bucket_minutes=bucket
-        )
+    chart = await activity.chart(
+        state.reads, state.clock, window_minutes=minutes, bucket_minutes=bucket
+    )
     latest = chart.buckets[-1] if chart.buckets else None
     now = [p for p in chart.points if p.bucket == latest and p.queued]
     return {
@@ -104,7 +100,7 @@ async def pauses_view(state: ApiState, notice: str | None = None) -> dict[str, A
 
 
 def _actor(viewer: Viewer) -> str:
-    return str(Actor(ActorKind.OPERATOR, viewer.principal.owner))
+    return bulk_operations.requested_by(viewer.principal)
 
 
 @router.get("/ops", name="ui-ops")
@@ -247,22 +243,20 @@ async def jobs_view(
         page_filter = JOB_CURSOR.apply(search.to_filter(scope=None, limit=JOBS_SHOWN), cursor)
     except CursorMismatchError:
         raise UiBadFilterError("Malformed page cursor") from None
-    async with state.reads.connect() as conn:
-        rows = await reads.list_jobs(conn, page_filter, now=state.clock.now())
-        shown = rows[:JOBS_SHOWN]
-        stages = await reads.stages_for(conn, [row.id for row in shown])
-    items = []
-    for row in shown:
-        status = job_status(row, stages[row.id])
-        items.append((row.owner, status, label_of(status)[0]))
-    older = JOB_CURSOR.after(page_filter, page_of(rows, JOBS_SHOWN))
+    listing = await list_jobs(state.reads, page_filter, clock=state.clock)
+    items = [
+        (owner, status, label_of(status)[0])
+        for owner, status in zip(listing.owners, listing.statuses, strict=True)
+    ]
     return {
         "jobs": items,
         "search": search,
         "filter_query": query,
         "all_states": [s.value for s in ALL_STATES],
         "actions": [a.value for a in BulkAction],
-        "older": f"{query}&cursor={older}".lstrip("&") if older else None,
+        "older": (
+            f"{query}&cursor={listing.next_cursor}".lstrip("&") if listing.next_cursor else None
+        ),
     }
 
 
@@ -346,9 +340,7 @@ class BulkProgress:
     def skipped(self) -> int:
         return sum(self.skipped_by_reason.values())
 
-    @property
-    def ended(self) -> bool:
-        return self.state in TERMINAL_BULK_OPERATION_STATES
+    ended: bool
 
     @staticmethod
     def of(row: Any) -> BulkProgress:
@@ -361,6 +353,7 @@ class BulkProgress:
             done=row.done,
             skipped_by_reason={str(k): int(v) for k, v in (row.skipped or {}).items()},
             error=None if row.error is None else str(row.error.get("message", "")),
+            ended=bulk_operations.ended(row),
         )
 
 
@@ -373,20 +366,18 @@ async def bulk_preview(request: Request, state: StateDep, viewer: CurrentViewer)
         chosen, query = await _bulk_form(request, state, viewer)
     except UiBadFilterError as refused:
         return _refused(request, viewer, refused)
-    async with state.reads.connect() as conn:
-        if chosen.filter is not None:
-            count, rows = await bulk.preview(
-                conn, chosen.filter.to_filter(scope=None), cap=COUNT_CAP, sample=SAMPLE_SIZE
-            )
-        else:
-            assert chosen.job_ids is not None
-            count, rows = await bulk.preview_ids(conn, chosen.job_ids, sample=SAMPLE_SIZE)
-        stages = await reads.stages_for(conn, [row.id for row in rows])
+    found = await bulk_operations.preview(
+        state.reads,
+        page=None if chosen.filter is None else chosen.filter.to_filter(scope=None),
+        job_ids=chosen.job_ids,
+        cap=COUNT_CAP,
+        sample=SAMPLE_SIZE,
+    )
     preview = BulkOperationPreview(
         action=chosen.action,
-        matched=count,
-        matched_capped=count >= COUNT_CAP,
-        sample=[job_status(row, stages[row.id]) for row in rows],
+        matched=found.matched,
+        matched_capped=found.matched >= COUNT_CAP,
+        sample=found.sample,
     )
     return page(
         "ops_bulk_preview.html",
@@ -406,19 +397,15 @@ async def bulk_create(request: Request, state: StateDep, viewer: CurrentViewer) 
         chosen, _ = await _bulk_form(request, state, viewer)
     except UiBadFilterError as refused:
         return _refused(request, viewer, refused)
-    principal = viewer.principal
-    async with state.engine.begin() as conn:
-        row = await bulk.accept(
-            conn,
-            action=chosen.action.value,
-            page=None if chosen.filter is None else chosen.filter.to_filter(scope=None),
-            job_ids=chosen.job_ids,
-            note=chosen.note,
-            requested_by=_actor(viewer),
-            key_id=principal.key_id,
-            kinds=None if principal.kinds is None else sorted(principal.kinds),
-            clock_params=state.clock.bind(),
-        )
+    row = await bulk_operations.accept(
+        state.engine,
+        action=chosen.action.value,
+        page=None if chosen.filter is None else chosen.filter.to_filter(scope=None),
+        job_ids=chosen.job_ids,
+        note=chosen.note,
+        operator=viewer.principal,
+        clock=state.clock,
+    )
     return page("ops_bulk_progress.html", viewer, operation=BulkProgress.of(row))
 
 
@@ -430,8 +417,8 @@ async def bulk_progress(operation_id: str, state: StateDep, viewer: CurrentViewe
         wanted = uuid.UUID(operation_id)
     except ValueError:
         raise UiNotFoundError() from None
-    async with state.reads.connect() as conn:
-        row = await bulk.get(conn, wanted)
-    if row is None:
-        raise UiNotFoundError()
+    try:
+        row = await bulk_operations.read(state.reads, wanted)
+    except BulkOperationNotFound:
+        raise UiNotFoundError() from None
     return page("ops_bulk_progress.html", viewer, operation=BulkProgress.of(row))

@@ -24,11 +24,10 @@ from markupsafe import Markup, escape
 from atlas_jobs._app.lifecycle import (
     DeliveryState,
     JobState,
-    TransitionName,
     is_terminal,
-    transition,
 )
 from atlas_jobs._app.presentation import Observation, attempt_line, present
+from atlas_jobs._app.services.access import may_cancel
 from atlas_jobs._app.services.schemas import HistoryItem, JobPublic, ResultFile
 from atlas_jobs._app.services.views import settled
 from atlas_jobs._app.ui.auth import Viewer
@@ -37,8 +36,6 @@ TEMPLATES_DIR: Final = Path(__file__).resolve().parent / "templates"
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 HISTORY_SHOWN: Final = 100
 """The timeline shows the last this many transitions (the API pages through all)."""
-
-_CANCELABLE: Final = frozenset(transition(TransitionName.REQUEST_CANCEL).moves)
 
 
 def _when(value: datetime | None) -> str:
@@ -105,14 +102,6 @@ environment.filters["attempt_line"] = lambda status: attempt_line(status.model_d
 
 def render(name: str, **context: Any) -> str:
     return environment.get_template(name).render(**context)
-
-
-def cancel_allowed(status: JobPublic, viewer: Viewer) -> bool:
-    """Whether the Cancel button is shown: the states ``request_cancel`` moves from, and
-    ``unresolved`` for an operator (whose cancel there is an operator decision)."""
-    if status.state in _CANCELABLE:
-        return True
-    return status.state == JobState.UNRESOLVED and viewer.is_operator
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +176,7 @@ def job_view(
         files=files if show_link else (),
         history=shown,
         history_earlier=bool(shown) and shown[0].from_ is not None,
-        can_cancel=cancel_allowed(status, viewer),
+        can_cancel=may_cancel(status.state, viewer.principal),
         notice=notice,
         input_json=None if job_input is None else json.dumps(job_input, indent=2),
     )

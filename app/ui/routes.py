@@ -22,21 +22,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from atlas_jobs._app.api.deps import StateDep, request_id
 from atlas_jobs._app.api.errors import ApiError, problem_of
 from atlas_jobs._app.api.state import ApiState
-from atlas_jobs._app.apikeys import authenticate, end_session, open_session
-from atlas_jobs._app.lifecycle import ALL_STATES, DeliveryState, JobState
-from atlas_jobs._app.services.access import actor_for, visible_owner
-from atlas_jobs._app.services.job_page import cancel_from_page, read_job_page
+from atlas_jobs._app.lifecycle import ALL_STATES, JobState
+from atlas_jobs._app.services import ui_sessions
+from atlas_jobs._app.services.access import actor_for, listing_owner, visible_owner
+from atlas_jobs._app.services.job_page import cancel_from_page, read_job_page, shown_details
 from atlas_jobs._app.services.kinds import kinds_view
 from atlas_jobs._app.services.paging import JOB_CURSOR, CursorMismatchError
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.reading import JobFilter, list_jobs
-from atlas_jobs._app.services.refusals import JobNotFound, Refusal
-from atlas_jobs._app.services.schemas import HistoryItem, JobCreateBase, JobPublic, ResultFile
-from atlas_jobs._app.services.views import (
-    effective_delivery,
-    result_files,
-    result_publication,
-)
+from atlas_jobs._app.services.refusals import JobNotFound, NotAllowed, Refusal
+from atlas_jobs._app.services.schemas import HistoryItem, JobCreateBase, JobPublic
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -153,11 +148,11 @@ async def login_form(
 async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
     check_same_origin(request, state.settings.public_url)
     form = await read_form(request)
-    key = form.get("api_key", "").strip()
     target = safe_next(form.get("next"))
-    async with state.reads.connect() as conn:
-        principal = await authenticate(conn, key) if key else None
-    if principal is None:
+    logged_in = await ui_sessions.log_in(
+        state.reads, state.engine, form.get("api_key", ""), ttl_seconds=codec.ttl_seconds
+    )
+    if logged_in is None:
         return page(
             "login.html",
             None,
@@ -165,9 +160,7 @@ async def login(request: Request, state: StateDep, codec: CodecDep) -> Response:
             next=target,
             error="Unknown or revoked API key.",
         )
-    async with state.engine.begin() as conn:
-        token = await open_session(conn, principal.key_id, ttl_seconds=codec.ttl_seconds)
-    session = new_session(token)
+    session = new_session(logged_in.token)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE_NAME,
@@ -189,8 +182,7 @@ async def logout(request: Request, state: StateDep, codec: CodecDep) -> Response
     viewer = await viewer_from_cookie(request, state, codec)
     if viewer is not None:
         check_csrf(viewer, request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD))
-        async with state.engine.begin() as conn:  # the cookie is dead from now on
-            await end_session(conn, viewer.session.token)
+        await ui_sessions.log_out(state.engine, viewer.session.token)  # the cookie is dead now
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
     return response
@@ -214,9 +206,10 @@ async def _listing(
         raise UiBadFilterError("Malformed page cursor")
     if any(len(k) > 200 for k in kinds) or len(kinds) > 20:
         raise UiBadFilterError("Too many or too long kind filters")
-    wanted_owner = (owner or "").strip() or viewer.principal.owner
-    if wanted_owner != viewer.principal.owner and not viewer.is_operator:
-        raise UiForbiddenError("Only operators list other owners' jobs")
+    try:
+        wanted_owner = listing_owner(viewer.principal, owner)
+    except NotAllowed as refused:
+        raise UiForbiddenError(refused.detail) from None
     query = JobFilter(
         owner=wanted_owner,
         states=list(states),
@@ -284,22 +277,6 @@ async def jobs_table(
 # --- one job --------------------------------------------------------------------------
 
 
-def files_for(state: ApiState, job: Any, viewer: Viewer) -> list[ResultFile]:
-    """Signed links exactly when ``GET /v1/jobs/{id}/result`` would give them; relative
-    URLs, so the browser stays on the origin that served the page."""
-    if effective_delivery(job) != DeliveryState.AVAILABLE:
-        return []
-    return result_files(job, state.signer, viewer.principal.key_id, "")
-
-
-def publication_of(job: Any) -> dict[str, Any] | None:
-    """Where an available result was published (kinds that publish to a destination)."""
-    if effective_delivery(job) != DeliveryState.AVAILABLE:
-        return None
-    found = result_publication(job)
-    return None if found is None else found.model_dump(mode="json")
-
-
 def view_of(
     state: ApiState,
     job: Any,
@@ -312,14 +289,17 @@ def view_of(
     """The job page's view of a full job row: its download links and publication, and
     its input for its owner only (an operator looking at another owner's job does not
     see it)."""
+    shown = shown_details(
+        job, state.signer, key_id=viewer.principal.key_id, owner=viewer.principal.owner
+    )
     return job_view(
         status,
         history,
-        files_for(state, job, viewer),
+        shown.files,
         viewer,
         notice=notice,
-        publication=publication_of(job),
-        job_input=job.input if job.owner == viewer.principal.owner else None,
+        publication=shown.publication,
+        job_input=shown.job_input,
     )
 
 

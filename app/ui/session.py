@@ -3,14 +3,14 @@ never holds the API key.
 
 The key is typed once into the login form. The login stores a session row
 (``ui_sessions``: the SHA-256 of a random token, the key's id, an expiry
-``ui_session_ttl_seconds`` ahead; :func:`atlas_jobs._app.apikeys.open_session`). The cookie carries
-that token and a random CSRF token, signed with the service's secret
+``ui_session_ttl_seconds`` ahead; :func:`atlas_jobs._app.services.ui_sessions.log_in`).
+The cookie carries that token and a random CSRF token, signed with the service's secret
 (:func:`atlas_jobs._app.signing.load_secret`, another salt than download links) and timestamped.
 Every request checks the row and its key in one statement
-(:func:`atlas_jobs._app.apikeys.authenticate_session`): logging out deletes the row, and so do
-revoking the key and an operator's "log out everywhere" (``POST /v1/ui-sessions:end``,
-``atlas-jobs keys end-sessions``) -- the same cookie is refused at its next request,
-not at its expiry. The cookie is ``HttpOnly`` (scripts cannot read it),
+(:func:`atlas_jobs._app.services.ui_sessions.session_principal`): logging out deletes the
+row, and so do revoking the key and an operator's "log out everywhere"
+(``POST /v1/ui-sessions:end``, ``atlas-jobs keys end-sessions``) -- the same cookie is
+refused at its next request, not at its expiry. The cookie is ``HttpOnly`` (scripts cannot read it),
 ``SameSite=Strict`` (no other site makes the browser send it), ``Path=/ui`` and
 ``Secure`` on https (or when configured).
 """

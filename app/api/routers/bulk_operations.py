@@ -6,8 +6,6 @@ streamed (SSE) and canceled. Operators only; a dry run counts and samples first.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -26,20 +24,14 @@ from atlas_jobs._app.api.bulk_schemas import (
     search_document,
 )
 from atlas_jobs._app.api.deps import OperatorPrincipal, StateDep, api_state
-from atlas_jobs._app.api.errors import BulkOperationEndedError, BulkOperationNotFoundError
-from atlas_jobs._app.api.header_params import PREFER, documented
+from atlas_jobs._app.api.header_params import PREFER, documented, prefer_wait
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.api.routers.jobs import _prefer_wait
-from atlas_jobs._app.db import bulk, reads
-from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES, ActorKind
+from atlas_jobs._app.services import bulk_operations
 from atlas_jobs._app.services.paging import BULK_OPERATION_CURSOR
-from atlas_jobs._app.services.views import API_PREFIX, job_status
-from atlas_jobs._app.transitions import Actor
+from atlas_jobs._app.services.views import API_PREFIX
 
 router = APIRouter(prefix="/v1/bulk-operations", tags=["bulk-operations"])
 
-POLL_SECONDS = 0.25
-"""How often a held read or an event stream looks at the operation's row again."""
 KEEPALIVE_SECONDS = 15.0
 MAX_PAGE = 100
 
@@ -52,7 +44,7 @@ def operation_public(row: Any) -> BulkOperationPublic:
     path = operation_path(row.id)
     skipped = {str(k): int(v) for k, v in (row.skipped or {}).items()}
     search = None if row.filter is None else search_document(row.filter)
-    ended = row.state in TERMINAL_BULK_OPERATION_STATES
+    ended = bulk_operations.ended(row)
     jobs_link = None
     if search is not None:
         query = search.model_dump(mode="json", exclude_defaults=True)
@@ -120,33 +112,25 @@ async def create(
     matches nothing is an operation that succeeds with 0 matched."""
     page = None if body.filter is None else body.filter.to_filter(scope=None)
     if body.dry_run:
-        async with state.reads.connect() as conn:
-            if page is not None:
-                count, rows = await bulk.preview(conn, page, cap=COUNT_CAP, sample=SAMPLE_SIZE)
-            else:
-                assert body.job_ids is not None
-                count, rows = await bulk.preview_ids(conn, body.job_ids, sample=SAMPLE_SIZE)
-            stages = await reads.stages_for(conn, [row.id for row in rows])
+        found = await bulk_operations.preview(
+            state.reads, page=page, job_ids=body.job_ids, cap=COUNT_CAP, sample=SAMPLE_SIZE
+        )
         preview = BulkOperationPreview(
             action=body.action,
-            matched=count,
-            matched_capped=count >= COUNT_CAP,
-            sample=[job_status(row, stages[row.id]) for row in rows],
+            matched=found.matched,
+            matched_capped=found.matched >= COUNT_CAP,
+            sample=found.sample,
         )
         return Response(preview.model_dump_json(), media_type="application/json")
-    actor = Actor(ActorKind.OPERATOR, principal.owner)
-    async with state.engine.begin() as conn:
-        row = await bulk.accept(
-            conn,
-            action=body.action.value,
-            page=page,
-            job_ids=body.job_ids,
-            note=body.note,
-            requested_by=str(actor),
-            key_id=principal.key_id,
-            kinds=None if principal.kinds is None else sorted(principal.kinds),
-            clock_params=state.clock.bind(),
-        )
+    row = await bulk_operations.accept(
+        state.engine,
+        action=body.action.value,
+        page=page,
+        job_ids=body.job_ids,
+        note=body.note,
+        operator=principal,
+        clock=state.clock,
+    )
     response.headers["Location"] = operation_path(row.id)
     return operation_public(row)
 
@@ -164,14 +148,12 @@ async def list_operations(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     cursor: Annotated[str | None, Query(pattern=BULK_OPERATION_CURSOR.pattern)] = None,
 ) -> BulkOperationPage:
-    async with state.reads.connect() as conn:
-        rows = await bulk.listing(conn, before_seq=BULK_OPERATION_CURSOR.parse(cursor), limit=limit)
-    shown = rows[:limit]
+    found = await bulk_operations.listing(
+        state.reads, before_seq=BULK_OPERATION_CURSOR.parse(cursor), limit=limit
+    )
     return BulkOperationPage(
-        items=[operation_public(row) for row in shown],
-        next_cursor=BULK_OPERATION_CURSOR.make(shown[-1].seq)
-        if len(rows) > limit and shown
-        else None,
+        items=[operation_public(row) for row in found.shown],
+        next_cursor=BULK_OPERATION_CURSOR.after(found, lambda row: row.seq),
     )
 
 
@@ -190,16 +172,8 @@ async def get(operation_id: uuid.UUID, request: Request, _principal: OperatorPri
     """With `Prefer: wait=N` the answer is held until the operation has ended or N
     seconds (at most `ATLAS_MAX_WAIT_SECONDS`) have passed."""
     state = api_state(request)
-    wait = _prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
-    deadline = time.monotonic() + (wait or 0)
-    while True:
-        async with state.reads.connect() as conn:
-            row = await bulk.get(conn, operation_id)
-        if row is None:
-            raise BulkOperationNotFoundError()
-        if row.state in TERMINAL_BULK_OPERATION_STATES or time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(POLL_SECONDS)
+    wait = prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
+    row = await bulk_operations.read_held(state.reads, operation_id, wait=wait)
     public = operation_public(row)
     if wait is None:
         return public
@@ -226,16 +200,7 @@ async def cancel(
 ) -> BulkOperationPublic:
     """The batches already done stand; a running operation ends `canceled` before its
     next batch. An operation that has ended is 409 with its state."""
-    async with state.engine.begin() as conn:
-        row = await bulk.cancel(conn, operation_id, state.clock.bind())
-        if row is None:
-            current = await bulk.get(conn, operation_id)
-    if row is None:
-        if current is None:
-            raise BulkOperationNotFoundError()
-        raise BulkOperationEndedError(
-            f"The bulk operation has ended: {current.state}", state=current.state
-        )
+    row = await bulk_operations.cancel(state.engine, operation_id, clock=state.clock)
     return operation_public(row)
 
 
@@ -256,10 +221,7 @@ async def cancel(
 async def stream(
     operation_id: uuid.UUID, state: StateDep, _principal: OperatorPrincipal
 ) -> EventSourceResponse:
-    async with state.reads.connect() as conn:
-        first = await bulk.get(conn, operation_id)
-    if first is None:
-        raise BulkOperationNotFoundError()
+    first = await bulk_operations.read(state.reads, operation_id)
     return EventSourceResponse(
         _events(state.reads, first),
         headers={"Cache-Control": "no-store"},
@@ -269,18 +231,8 @@ async def stream(
 
 
 async def _events(engine: Any, first: Any) -> AsyncIterator[ServerSentEvent]:
-    row, sent = first, None
-    while True:
-        if row.version != sent:
-            sent = row.version
-            yield ServerSentEvent(
-                operation_public(row).model_dump_json(), event="progress", id=str(sent), sep="\n"
-            )
-        if row.state in TERMINAL_BULK_OPERATION_STATES:
-            return
-        await asyncio.sleep(POLL_SECONDS)
-        async with engine.connect() as conn:
-            found = await bulk.get(conn, row.id)
-        if found is None:
-            return
-        row = found
+    """Each change of the operation as an event ``progress`` (id = its version)."""
+    async for row in bulk_operations.follow(engine, first):
+        yield ServerSentEvent(
+            operation_public(row).model_dump_json(), event="progress", id=str(row.version), sep="\n"
+        )

@@ -23,11 +23,16 @@ from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.errors import JobNotFoundError
 from atlas_jobs._app.api.responses import problems
 from atlas_jobs._app.api.sse import KEEPALIVE_SECONDS, RETRY_MILLISECONDS, SEP, WatchedStream
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.event_stream import Progress, Transition, job_events, resume_after
+from atlas_jobs._app.services.event_stream import (
+    Progress,
+    Transition,
+    job_events,
+    open_job_stream,
+    resume_after,
+)
 from atlas_jobs._app.services.feeds import FeedHub, Watcher
 from atlas_jobs._app.services.views import history_item
 
@@ -77,10 +82,8 @@ async def stream(
 ) -> EventSourceResponse:
     bind_job(job_id)
     owner = visible_owner(principal)
-    watcher = await state.feeds.open(job_id, principal.key_id)
+    watcher = await open_job_stream(state.feeds, job_id, key_id=principal.key_id, owner=owner)
     try:
-        if watcher.snapshot is None or watcher.snapshot.visible_to(owner) is None:
-            raise JobNotFoundError()
         events = _frames(state.feeds, watcher, owner, resume_after(last_event_id))
         return WatchedStream(events, watcher=watcher)
     except BaseException:

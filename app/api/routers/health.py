@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 import structlog
@@ -15,7 +14,8 @@ from atlas_jobs._app.api.errors import UnauthorizedError
 from atlas_jobs._app.api.responses import public_problems
 from atlas_jobs._app.metrics import REGISTRY as PROCESS_METRICS
 from atlas_jobs._app.metrics import merged_exposition
-from atlas_jobs._app.services.readiness import database_checks
+from atlas_jobs._app.services.access import may_read_metrics
+from atlas_jobs._app.services.readiness import readiness
 from atlas_jobs._app.services.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -43,11 +43,11 @@ async def livez() -> Health:
     },
 )
 async def readyz(state: StateDep) -> Response:
-    checks = await database_checks(state.engine, within_seconds=READY_TIMEOUT_SECONDS)
-    checks["draining"] = "yes" if state.draining else "no"
-    ready = checks["database"] == "ok" and checks["migrations"] == "ok" and not state.draining
-    body = Health(status="ok" if ready else "not_ready", checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    found = await readiness(
+        state.engine, draining=state.draining, within_seconds=READY_TIMEOUT_SECONDS
+    )
+    body = Health(status="ok" if found.ready else "not_ready", checks=found.checks)
+    return JSONResponse(body.model_dump(), status_code=200 if found.ready else 503)
 
 
 @router.get(
@@ -68,10 +68,7 @@ async def metrics(
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Prometheus text; behind ``ATLAS_METRICS_TOKEN`` (a bearer token) when it is set."""
-    token = state.settings.metrics_token
-    if token is not None and not hmac.compare_digest(
-        (authorization or "").encode(), f"Bearer {token}".encode()
-    ):
+    if not may_read_metrics(state.settings.metrics_token, authorization):
         raise UnauthorizedError("Send Authorization: Bearer <metrics token>")
     state.metrics.listener_connected.set(1 if state.notifier.connected else 0)
     state.metrics.watchers.set(state.feeds.caps.watching)

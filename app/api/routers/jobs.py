@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic.json_schema import SkipJsonSchema
 
-from atlas_jobs._app.api.answers import answer, respond, settle, status_headers, status_response
+from atlas_jobs._app.api.answers import respond, status_headers, status_response
 from atlas_jobs._app.api.deps import (
     CurrentPrincipal,
     EngineDep,
@@ -18,16 +17,26 @@ from atlas_jobs._app.api.deps import (
     StateDep,
     api_state,
     bind_job,
-    check_owner_filter,
     request_id,
 )
-from atlas_jobs._app.api.header_params import IDEMPOTENCY_KEY, IF_NONE_MATCH, PREFER, documented
+from atlas_jobs._app.api.header_params import (
+    IDEMPOTENCY_KEY,
+    IF_NONE_MATCH,
+    PREFER,
+    documented,
+    prefer_wait,
+)
 from atlas_jobs._app.api.longpoll import unless_client_leaves
 from atlas_jobs._app.api.middleware import CLIENT_CLOSED_STATUS
 from atlas_jobs._app.api.responses import CREATION_PROBLEMS, headers, problems
 from atlas_jobs._app.api.search_schemas import JobListQuery
 from atlas_jobs._app.services import actions
-from atlas_jobs._app.services.access import actor_for, search_scope, visible_owner
+from atlas_jobs._app.services.access import (
+    actor_for,
+    check_owner_filter,
+    search_scope,
+    visible_owner,
+)
 from atlas_jobs._app.services.held_reads import held_status
 from atlas_jobs._app.services.reading import job_history, read_status_unless_current
 from atlas_jobs._app.services.reading import list_jobs as list_job_statuses
@@ -43,13 +52,11 @@ from atlas_jobs._app.services.schemas import (
     JobPublic,
     RescheduleCreate,
 )
-from atlas_jobs._app.services.timing import after_start_by_refusal, check_reschedule
 from atlas_jobs._app.services.views import (
     etag_matches,
     job_path,
     waiting_tag,
 )
-from atlas_jobs._app.transitions import Rejected, after_start_by
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 batch_router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -57,7 +64,6 @@ batch_router = APIRouter(prefix="/v1", tags=["jobs"])
 
 MAX_SEQ = 2**63 - 1  # history seq is a bigint
 MAX_HISTORY_PAGE = 1000
-_DELTA_SECONDS = re.compile(r"[0-9]{1,400}")  # RFC 9111 delta-seconds (1*DIGIT), bounded
 
 
 @router.post(
@@ -150,28 +156,6 @@ async def list_jobs(
     return JobPage(items=listing.statuses, next_cursor=listing.next_cursor)
 
 
-def _prefer_wait(prefer: str | None, cap: float) -> int | None:
-    """The ``wait`` preference (RFC 7240 section 4.3: ``wait=delta-seconds``, an integer
-    of seconds) capped at ``cap``; ``None`` when there is none or its value is not an
-    integer (``wait=1e9``, ``wait=-1``, ``wait=2.5``): a preference the server cannot
-    parse is ignored, never half-read. Preferences are comma-separated, each ``name
-    [= value] *(; parameter)``; names are case-insensitive, a value may be quoted, and
-    only the first ``wait`` counts (section 2)."""
-    if not prefer:
-        return None
-    for preference in prefer.split(","):
-        name, _, value = preference.split(";", 1)[0].partition("=")
-        if name.strip().lower() != "wait":
-            continue
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] == '"':
-            value = value[1:-1]
-        if not _DELTA_SECONDS.fullmatch(value):
-            return None
-        return int(min(int(value), cap))
-    return None
-
-
 @router.get(
     "/{job_id}",
     response_model=JobPublic,
@@ -194,7 +178,7 @@ async def get(job_id: uuid.UUID, principal: CurrentPrincipal, request: Request) 
     state = api_state(request)
     bind_job(job_id)
     if_none_match = IF_NONE_MATCH.read(request)
-    wait = _prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
+    wait = prefer_wait(PREFER.read(request), state.settings.max_wait_seconds)
     if wait is None:  # a plain read: straight from the database
         job, public = await read_status_unless_current(
             state.reads,
@@ -307,21 +291,17 @@ async def reschedule(
     in the history (``reschedule``); the state stays ``queued``. The new not-before
     must be before the job's ``start_by``."""
     bind_job(job_id)
-    check_reschedule(body, state.clock)
-    async with state.engine.begin() as conn:
-        outcome = await state.transitions.reschedule(
-            conn,
-            job_id,
-            run_at=body.run_at,
-            delay_seconds=None if body.delay_seconds is None else float(body.delay_seconds),
-            actor=actor_for(principal),
-            owner=visible_owner(principal),
-            request_id=request_id(),
-        )
-        if isinstance(outcome, Rejected) and after_start_by(outcome):
-            raise after_start_by_refusal(body, outcome)
-        reply = await answer(conn, outcome, response)
-    return settle(reply)
+    moved = await actions.reschedule(
+        state.engine,
+        state.transitions,
+        job_id,
+        body,
+        clock=state.clock,
+        actor=actor_for(principal),
+        owner=visible_owner(principal),
+        request_id=request_id(),
+    )
+    return respond(moved, response)
 
 
 @router.get(

@@ -15,8 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 from atlas_jobs._app.api.answers import respond
 from atlas_jobs._app.api.deps import NoNullBody, OperatorPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
-from atlas_jobs._app.apikeys import end_sessions
-from atlas_jobs._app.services import actions
+from atlas_jobs._app.services import actions, ui_sessions
 from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.schemas import (
     JobPublic,
@@ -138,8 +137,7 @@ async def end_ui_sessions(
     """The sessions' cookies are refused from their next request on (the server-side
     session rows are deleted); the keys stay valid -- revoke a key to stop its API use
     too. With both `owner` and `key_id`, only that key's sessions if it is that owner's."""
-    async with state.engine.begin() as conn:
-        ended = await end_sessions(conn, owner=body.owner, key_id=body.key_id)
+    ended = await ui_sessions.end_all(state.engine, owner=body.owner, key_id=body.key_id)
     return SessionsEnded(ended=ended)
 
 

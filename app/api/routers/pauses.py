@@ -20,8 +20,7 @@ from atlas_jobs._app.api.pause_schemas import (
     KindResumeCreate,
 )
 from atlas_jobs._app.api.responses import problems
-from atlas_jobs._app.lifecycle import ActorKind
-from atlas_jobs._app.transitions import Actor
+from atlas_jobs._app.services.access import operator_actor
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -60,7 +59,7 @@ async def pause_kind(
     pause, made = await state.pauses().pause(
         kind=kind,
         version=body.version,
-        actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
+        actor=str(operator_actor(principal)),
         note=body.note,
     )
     if not made:
@@ -91,7 +90,7 @@ async def resume_kind(
     ended = await state.pauses().resume(
         kind=kind,
         version=body.version,
-        actor=str(Actor(ActorKind.OPERATOR, principal.owner)),
+        actor=str(operator_actor(principal)),
         note=body.note,
     )
     return KindPausePublic.of(ended)

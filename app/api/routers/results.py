@@ -16,12 +16,10 @@ from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep, bind_job
-from atlas_jobs._app.api.errors import BadDownloadSignatureError
 from atlas_jobs._app.api.responses import problems, public_problems
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.results import open_download, read_result
+from atlas_jobs._app.services.results import download_grant, open_download, read_result
 from atlas_jobs._app.services.schemas import ResultPublic
-from atlas_jobs._app.signing import ExpiredDownloadTokenError, InvalidDownloadTokenError
 
 router = APIRouter(prefix="/v1", tags=["results"])
 
@@ -77,14 +75,7 @@ async def get_result(job_id: uuid.UUID, state: StateDep, principal: CurrentPrinc
     },
 )
 async def download(token: Annotated[str, Path(max_length=1024)], state: StateDep) -> Response:
-    try:
-        grant = state.signer.verify(token)
-    except ExpiredDownloadTokenError:
-        raise BadDownloadSignatureError(
-            "The download link expired; read the result again"
-        ) from None
-    except InvalidDownloadTokenError:
-        raise BadDownloadSignatureError() from None
+    grant = download_grant(state.signer, token)
     bind_job(grant.job_id)
     found = await open_download(state.engine, state.store, grant, clock=state.clock)
     headers = {"Cache-Control": "private, no-store"}

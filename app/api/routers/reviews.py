@@ -11,7 +11,6 @@ from atlas_jobs._app.api.deps import ReviewerPrincipal, StateDep, bind_job
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.services import actions
 from atlas_jobs._app.services.schemas import JobPublic, ReviewCreate, ReviewDecision
-from atlas_jobs._app.transitions import Approver
 
 router = APIRouter(prefix="/v1/jobs", tags=["reviews"])
 
@@ -52,18 +51,15 @@ async def create_review(
     an approval by the holder who submitted the job, with any of their keys, or by a
     key without a holder, is 403 `four-eyes`."""
     bind_job(job_id)
-    four_eyes = (
-        Approver(principal.key_id, principal.holder) if state.settings.review_four_eyes else None
-    )
     moved = await actions.review(
         state.engine,
         state.transitions,
         job_id,
         approve=body.decision == ReviewDecision.APPROVE,
-        reviewer=principal.owner,
-        key_id=principal.key_id,
+        reviewer=principal,
         note=body.note,
-        owner=principal.owner if state.settings.review_scope == "owner" else None,
-        four_eyes=four_eyes,
+        policy=actions.ReviewPolicy(
+            scope=state.settings.review_scope, four_eyes=state.settings.review_four_eyes
+        ),
     )
     return respond(moved, response)

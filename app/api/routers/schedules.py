@@ -14,7 +14,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from atlas_jobs._app.api.deps import CurrentPrincipal, StateDep
-from atlas_jobs._app.api.errors import InvalidRequestError
 from atlas_jobs._app.api.responses import headers, problems
 from atlas_jobs._app.api.schedule_schemas import (
     ScheduleChange,
@@ -25,13 +24,11 @@ from atlas_jobs._app.api.schedule_schemas import (
     SchedulePage,
     SchedulePublic,
 )
-from atlas_jobs._app.apikeys import Principal, Role
 from atlas_jobs._app.scheduling import FireRefusal, MisfirePolicy, OverlapPolicy
 from atlas_jobs._app.services import schedules
 from atlas_jobs._app.services.access import visible_owner
-from atlas_jobs._app.services.creation import concurrency_of, validated_input
 from atlas_jobs._app.services.paging import SCHEDULE_CURSOR
-from atlas_jobs._app.services.schemas import JobCreateBase, Problem
+from atlas_jobs._app.services.schemas import Problem
 from atlas_jobs._app.services.views import job_path
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
@@ -93,40 +90,6 @@ def _public(row: Any) -> SchedulePublic:
     )
 
 
-def _job(body: JobCreateBase) -> tuple[str, int, dict[str, Any]]:
-    spec, normalized = validated_input(body, ("body", "job"))
-    _timing(body)
-    concurrency_of(spec, body.concurrency_key, ("body", "job"))  # a 422 for a key it takes none of
-    return spec.name, spec.version, normalized
-
-
-def _timing(body: JobCreateBase) -> None:
-    """A schedule's job is timed relative to each tick (``delay_seconds``,
-    ``start_within_seconds``, the start deadline after the delay); an instant
-    (``run_at``, ``start_by``) means nothing for a recurring job: 422 naming it."""
-    errors = [
-        {
-            "loc": ["body", "job", name],
-            "msg": "a schedule's job is timed relative to its tick: use "
-            + ("delay_seconds" if name == "run_at" else "start_within_seconds"),
-            "type": "not_on_a_schedule",
-        }
-        for name in ("run_at", "start_by")
-        if getattr(body, name) is not None
-    ]
-    delay, within = body.delay_seconds, body.start_within_seconds
-    if delay is not None and within is not None and within <= delay:
-        errors.append(
-            {
-                "loc": ["body", "job", "start_within_seconds"],
-                "msg": "must be more than delay_seconds",
-                "type": "before_run_at",
-            }
-        )
-    if errors:
-        raise InvalidRequestError("The schedule's job timing is invalid", errors=errors)
-
-
 @router.post(
     "",
     name="create",
@@ -164,15 +127,15 @@ async def create_schedule(
     cron = schedules.validated_cron(
         body.cron, body.timezone, min_interval_seconds=settings.schedule_min_interval_seconds
     )
-    kind, kind_version, job_input = _job(body.job)
+    job = schedules.scheduled_kind(body.job)
     owner = schedules.owner_for(principal, body.owner)
     spec = schedules.ScheduleSpec(
         owner=owner,
         name=body.name,
         cron=cron,
-        kind=kind,
-        kind_version=kind_version,
-        input=job_input,
+        kind=job.kind,
+        kind_version=job.kind_version,
+        input=job.input,
         notify=body.job.notify,
         delay_seconds=body.job.delay_seconds,
         start_within_seconds=body.job.start_within_seconds,
@@ -187,17 +150,12 @@ async def create_schedule(
     row = await schedules.create(
         state.engine,
         spec,
-        created_by=str(_actor(principal)),
+        created_by=schedules.created_by(principal),
         clock=state.clock,
         max_per_owner=settings.schedule_max_per_owner,
     )
     response.headers["Location"] = schedule_path(row.id)
     return _public(row)
-
-
-def _actor(principal: Principal) -> str:
-    role = "operator" if principal.has(Role.OPERATOR) else "client"
-    return f"{role}:{principal.owner}"
 
 
 @router.get(
@@ -265,12 +223,7 @@ async def change_schedule(
     if body.overlap is not None:
         changes["overlap"] = body.overlap.value
     if body.job is not None:
-        changes["kind"], changes["kind_version"], changes["input"] = _job(body.job)
-        changes["notify_webhook_id"] = body.job.notify
-        changes["job_delay_seconds"] = body.job.delay_seconds
-        changes["job_start_within_seconds"] = body.job.start_within_seconds
-        changes["priority"] = body.job.priority
-        changes["concurrency_key"] = body.job.concurrency_key
+        changes.update(schedules.job_changes(body.job))
     row = await schedules.change(
         state.engine,
         schedule_id,

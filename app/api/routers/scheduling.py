@@ -21,9 +21,8 @@ from atlas_jobs._app.api.scheduling_schemas import (
     SchedulingPublic,
 )
 from atlas_jobs._app.fairness import JOB_KEY_PATTERN
-from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.services import scheduling_settings
-from atlas_jobs._app.transitions import Actor
+from atlas_jobs._app.services.access import operator_actor
 
 router = APIRouter(prefix="/v1/scheduling", tags=["scheduling"])
 
@@ -82,7 +81,7 @@ async def set_owner_share(
         state.engine,
         owner,
         body.share,
-        actor=Actor(ActorKind.OPERATOR, principal.owner),
+        actor=operator_actor(principal),
         note=body.note,
     )
     return _share(row)
@@ -109,7 +108,7 @@ async def set_key(
             None if body.rate is None else body.rate.starts,
             None if body.rate is None else body.rate.per_seconds,
         ),
-        actor=Actor(ActorKind.OPERATOR, principal.owner),
+        actor=operator_actor(principal),
         note=body.note,
     )
     return _key(row)

@@ -19,9 +19,8 @@ from atlas_jobs._app.api.webhook_schemas import (
     WebhookPage,
     WebhookPublic,
 )
-from atlas_jobs._app.apikeys import Role
 from atlas_jobs._app.services import webhooks as endpoints
-from atlas_jobs._app.services.access import visible_owner
+from atlas_jobs._app.services.access import actor_for, visible_owner
 from atlas_jobs._app.services.paging import WEBHOOK_CURSOR
 from atlas_jobs._app.services.schemas import Problem
 
@@ -65,13 +64,12 @@ async def create_webhook(
     body: WebhookCreate, state: StateDep, principal: CurrentPrincipal, response: Response
 ) -> WebhookCreated:
     allowed, internal = state.settings.webhook_hosts
-    role = "operator" if principal.has(Role.OPERATOR) else "client"
     row, secret = await endpoints.register(
         state.engine,
         owner=principal.owner,
         url=body.url,
         description=body.description,
-        created_by=f"{role}:{principal.owner}",
+        created_by=str(actor_for(principal)),
         allowed_hosts=allowed,
         internal_hosts=internal,
         resolve=state.resolve,
@@ -157,7 +155,7 @@ async def job_notifications(
                 attempts=row.attempts,
                 last_status_code=row.last_status_code,
                 last_error=row.last_error,
-                next_attempt_at=row.next_attempt_at if row.state == "pending" else None,
+                next_attempt_at=endpoints.next_attempt_at(row),
                 created_at=row.created_at,
                 delivered_at=row.delivered_at,
             )

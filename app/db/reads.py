@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
+from atlas_jobs._app.db.queries import KEY_RUNNING
 from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
@@ -318,10 +319,10 @@ SELECT owner, kind, kind_version, concurrency_key, served
  ORDER BY served
  LIMIT {LANES_VIEWED}
 """)
-_FULL_KEYS_VIEW = text("""
-SELECT key, COALESCE(max_running, declared_limit) AS max_running, running
+_FULL_KEYS_VIEW = text(f"""
+SELECT key, COALESCE(max_running, declared_limit) AS max_running, {KEY_RUNNING} AS running
   FROM concurrency_keys AS k
- WHERE k.running >= COALESCE(k.max_running, k.declared_limit, 2147483647)
+ WHERE {KEY_RUNNING} >= COALESCE(k.max_running, k.declared_limit, 2147483647)
     OR (k.rate IS NOT NULL
         AND LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                   * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))

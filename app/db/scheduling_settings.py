@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from atlas_jobs._app.db.queries import KEY_RUNNING
+
 # set_share: the owner's share, and the change recorded with its actor and the share
 # before (NULL: the default).
 _SET_SHARE = text("""
@@ -35,7 +37,8 @@ SELECT * FROM written
 """)
 
 _KEY_COLUMNS = (
-    "key, declared_limit, max_running, running, rate, period_seconds, updated_by, updated_at"
+    f"key, declared_limit, max_running, {KEY_RUNNING} AS running, rate, period_seconds,"
+    " updated_by, updated_at"
 )
 
 # set_key: an operator's limit and start rate for a key (NULL: the declared limit / no
@@ -46,7 +49,7 @@ WITH before AS (
     SELECT max_running, rate, period_seconds
       FROM concurrency_keys WHERE key = CAST(:key AS text)
 ), written AS (
-    INSERT INTO concurrency_keys (key, max_running, rate, period_seconds, tokens, refilled_at,
+    INSERT INTO concurrency_keys AS k (key, max_running, rate, period_seconds, tokens, refilled_at,
                                   updated_by, updated_at)
     VALUES (CAST(:key AS text), CAST(:max_running AS integer), CAST(:rate AS integer),
             CAST(:period_seconds AS float8), CAST(:rate AS float8),
@@ -84,7 +87,7 @@ _LOCK_KEY = text("SELECT 1 FROM concurrency_keys WHERE key = CAST(:key AS text) 
 _SHARES = text("""
 SELECT owner, share, updated_by, updated_at FROM owner_shares ORDER BY owner LIMIT :limit
 """)
-_KEYS = text(f"SELECT {_KEY_COLUMNS} FROM concurrency_keys ORDER BY key LIMIT :limit")
+_KEYS = text(f"SELECT {_KEY_COLUMNS} FROM concurrency_keys AS k ORDER BY key LIMIT :limit")
 _CHANGES = text("""
 SELECT seq, at, actor, setting, subject, before, after, note
   FROM scheduling_changes

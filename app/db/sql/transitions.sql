@@ -2433,7 +2433,10 @@ WITH lanes AS MATERIALIZED (
        AND (l.concurrency_key = ''
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
-                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+                          AND (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2452,7 +2455,10 @@ WITH lanes AS MATERIALIZED (
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
-    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer, (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2553,7 +2559,10 @@ WITH lanes AS MATERIALIZED (
        AND (l.concurrency_key = ''
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
-                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+                          AND (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2572,7 +2581,10 @@ WITH lanes AS MATERIALIZED (
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
-    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer, (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))

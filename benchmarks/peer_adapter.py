@@ -243,7 +243,11 @@ class Scheduling:
         return OWNER if self.owners <= 1 else f"{OWNER}-{abs(seq) % self.owners}"
 
     def priority(self, seq: int) -> int | None:
-        return None if self.priorities <= 1 else abs(seq) % min(self.priorities, 10)
+        """Round robin within each owner (not in step with the owners: every owner's
+        lane holds every priority)."""
+        if self.priorities <= 1:
+            return None
+        return (abs(seq) // max(self.owners, 1)) % min(self.priorities, 10)
 
     def as_json(self) -> dict[str, Any]:
         return {

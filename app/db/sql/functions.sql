@@ -214,7 +214,8 @@ DECLARE
     one_owner text;
     one_delta integer;
     delivers boolean;
-    keyed boolean;
+    keyed_up boolean;
+    keyed_down boolean;
     ignored boolean;
 BEGIN
     SELECT array_agg(n.id::text) FILTER (WHERE n.version <> o.version),
@@ -228,9 +229,11 @@ BEGIN
            bool_or(((n.state <> o.state AND n.state IN ('succeeded', 'failed', 'canceled', 'unresolved'))
                     OR (n.delivery_state = 'expired' AND o.delivery_state <> 'expired'))
                    AND EXISTS (SELECT 1 FROM job_webhooks AS jw WHERE jw.job_id = n.id)),
-           bool_or(n.concurrency_key <> ''
-                   AND (n.state IN ('running', 'cancel_requested')) <> (o.state IN ('running', 'cancel_requested')))
-      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed
+           bool_or(n.concurrency_key <> '' AND n.state IN ('running', 'cancel_requested')
+                   AND o.state NOT IN ('running', 'cancel_requested')),
+           bool_or(n.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
+                   AND n.state NOT IN ('running', 'cancel_requested'))
+      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed_up, keyed_down
       FROM new_rows AS n FULL JOIN old_rows AS o ON o.id = n.id;
     -- one_owner is NULL when the rows have several owners or one changed owner.
     IF counts THEN
@@ -261,7 +264,7 @@ BEGIN
                SET unfinished = b.unfinished + EXCLUDED.unfinished;
         END IF;
     END IF;
-    IF keyed THEN
+    IF keyed_up THEN
         PERFORM 1
            FROM concurrency_keys AS k
           WHERE k.key IN (SELECT n.concurrency_key
@@ -290,6 +293,8 @@ BEGIN
                                FROM concurrency_key_releases AS c
                               WHERE c.key = d.key) AS r ON true
          WHERE k.key = d.key AND d.ups > 0;
+    END IF;
+    IF keyed_down THEN
         INSERT INTO concurrency_key_releases AS r (key, slot, released)
         SELECT n.concurrency_key, (pg_backend_pid() & 15)::smallint, count(*)
           FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id

@@ -226,12 +226,45 @@ def load_bench_kind() -> None:
         KINDS.use(load_kinds())
 
 
+@dataclass(frozen=True)
+class Scheduling:
+    """How the created jobs use the scheduler: the plain drain is one owner, the default
+    priority and no concurrency key; a keyed drain spreads its jobs over ``owners``
+    owners (fair share across their lanes), gives them ``priorities`` different
+    priorities (0-9, round robin) and puts every job under one concurrency key of
+    ``key_limit`` running at most (``key`` empty: none)."""
+
+    owners: int = 1
+    priorities: int = 1
+    key: str = ""
+    key_limit: int = 1000
+
+    def owner(self, seq: int) -> str:
+        return OWNER if self.owners <= 1 else f"{OWNER}-{abs(seq) % self.owners}"
+
+    def priority(self, seq: int) -> int | None:
+        """Round robin within each owner (not in step with the owners: every owner's
+        lane holds every priority)."""
+        if self.priorities <= 1:
+            return None
+        return (abs(seq) // max(self.owners, 1)) % min(self.priorities, 10)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "owners": self.owners,
+            "priorities": self.priorities,
+            "concurrency_key": self.key or None,
+            "key_limit": self.key_limit if self.key else None,
+        }
+
+
 class Atlas:
     """Producer (the transition service on its own engine) and worker pools."""
 
-    def __init__(self, url: str, settings: Settings) -> None:
+    def __init__(self, url: str, settings: Settings, scheduling: Scheduling | None = None) -> None:
         self.url = url
         self.settings = settings
+        self.scheduling = scheduling or Scheduling()
         load_bench_kind()
         self.spec = KINDS[KIND]
         self.transitions = Transitions(Clock(), lease_seconds=settings.lease_seconds)
@@ -249,13 +282,17 @@ class Atlas:
 
     def new_job(self, seq: int) -> NewJob:
         tag = f"seq-{seq}" if seq >= 0 else f"{WARM_UP}{-1 - seq}"
+        scheduling = self.scheduling
         return NewJob(
-            owner=OWNER,
+            owner=scheduling.owner(seq),
             kind=self.spec.name,
             kind_version=self.spec.version,
             input={"tag": tag},
             max_attempts=self.spec.max_attempts,
             max_elapsed_seconds=self.spec.max_elapsed_seconds,
+            priority=scheduling.priority(seq),
+            concurrency_key=scheduling.key or None,
+            concurrency_limit=scheduling.key_limit if scheduling.key else None,
         )
 
     async def producer(self) -> AsyncConnection:
@@ -336,11 +373,21 @@ def _result(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
             "worker_processes": 1,
             "log_level": os.environ.get("ATLAS_LOG_LEVEL", "WARNING"),
             "handler": os.environ.get("ATLAS_BENCH_HANDLER") or "kind",
+            "scheduling": _scheduling(args).as_json(),
         },
         "event_loop": eventloop.running_loop_name(),
     }
     out.update(extra)
     return out
+
+
+def _scheduling(args: argparse.Namespace) -> Scheduling:
+    return Scheduling(
+        owners=args.owners,
+        priorities=args.priorities,
+        key=args.concurrency_key,
+        key_limit=args.key_limit,
+    )
 
 
 async def _enqueue_chunks(atlas: Atlas, seqs: Sequence[int], batch: int) -> None:
@@ -523,6 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--warmup-jobs", type=int, default=5)
     p.add_argument("--timeout", type=float, default=300.0)
+    # Not the harness's: how the jobs use the scheduler (benchmarks.suite's keyed drain).
+    p.add_argument("--owners", type=int, default=1, help="owners the jobs are spread over")
+    p.add_argument("--priorities", type=int, default=1, help="distinct priorities (0-9)")
+    p.add_argument("--concurrency-key", default="", help="one concurrency key for every job")
+    p.add_argument("--key-limit", type=int, default=1000, help="the key's declared limit")
     return p
 
 
@@ -536,7 +588,7 @@ async def run(args: argparse.Namespace, url: str, data_dir: Path) -> dict[str, A
         finally:
             await conn.close()
     settings = Settings(DATABASE_URL=url, data_dir=data_dir)
-    atlas = Atlas(url, settings)
+    atlas = Atlas(url, settings, _scheduling(args))
     try:
         # The producer's connection is opened before any mode times anything, as the
         # harness's ``_common.main`` calls ``Peer.open()`` (PGQueuer: its asyncpg

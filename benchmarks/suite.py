@@ -18,6 +18,11 @@ role must be allowed to create databases):
     on the public API (``benchmarks/peer-adapter``) and with a bare engine handler
     (``benchmarks/peer-adapter-engine``), alternated ``BENCH_KIND_ROUNDS`` times in the
     same minutes. Ratios: the best drain rate of each, the best pickup p50 of each.
+    Beside them, in each round, the *keyed drain*: the same adapter and kind, its
+    ``BENCH_KEYED_JOBS`` jobs spread over ``KEYED_OWNERS`` owners (fair share across their
+    lanes), with ten priorities, all under one concurrency key whose limit
+    (``KEYED_LIMIT``) is high enough never to bind. Ratio: its best drain rate / the
+    plain (public kind) drain's best.
 ``claim``
     ``jobs`` filled with queued ``atlas.noop`` rows (one real ``create_many`` row copied
     by ``INSERT ... SELECT generate_series``, 100,000 rows per statement, with
@@ -58,6 +63,8 @@ Knobs (environment variables, defaults in brackets):
   jobs, old history rows, history rows of the last minute, and timed repeats.
 - ``BENCH_KIND_JOBS`` [10000], ``BENCH_KIND_LATENCY_JOBS`` [100], ``BENCH_KIND_ROUNDS``
   [2]: the kinds section's drain size, latency jobs and rounds.
+- ``BENCH_KEYED_JOBS`` [``BENCH_KIND_JOBS``]: the keyed drain's size (one per round; the
+  ratio compares drain rates, fairest at the plain drain's size).
 - ``BENCH_HTTP_REQUESTS`` [3000], ``BENCH_HTTP_WARMUP`` [300],
   ``BENCH_HTTP_CONCURRENCY`` [16]: per measured endpoint.
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
@@ -167,6 +174,7 @@ class Knobs:
     kind_jobs: int
     kind_latency_jobs: int
     kind_rounds: int
+    keyed_jobs: int = 10000
     charts_jobs: int = 1_000_000
     charts_history: int = 1_000_000
     charts_recent: int = 60_000
@@ -201,6 +209,7 @@ class Knobs:
             kind_jobs=_int("BENCH_KIND_JOBS", 10000),
             kind_latency_jobs=_int("BENCH_KIND_LATENCY_JOBS", 100),
             kind_rounds=_int("BENCH_KIND_ROUNDS", 2),
+            keyed_jobs=_int("BENCH_KEYED_JOBS", _int("BENCH_KIND_JOBS", 10000)),
             charts_jobs=_int("BENCH_CHARTS_JOBS", 1_000_000),
             charts_history=_int("BENCH_CHARTS_HISTORY", 1_000_000),
             charts_recent=_int("BENCH_CHARTS_RECENT", 60_000),
@@ -224,6 +233,7 @@ class Knobs:
             "kind_jobs": self.kind_jobs,
             "kind_latency_jobs": self.kind_latency_jobs,
             "kind_rounds": self.kind_rounds,
+            "keyed_jobs": self.keyed_jobs,
             "charts_jobs": self.charts_jobs,
             "charts_history": self.charts_history,
             "charts_recent": self.charts_recent,
@@ -953,13 +963,48 @@ def adapter_call(url: str, handler: str, *args: str) -> dict[str, Any]:
     return found
 
 
+KEYED_OWNERS = 10
+"""Owners the keyed drain's jobs are spread over (one lane each)."""
+KEYED_PRIORITIES = 10
+"""Distinct priorities of the keyed drain's jobs (0-9, round robin)."""
+KEYED_KEY = "bench.keyed"
+KEYED_LIMIT = 1000
+"""The keyed drain's concurrency limit: far above the pool's slots and claim batch, so
+it never binds -- what the drain measures is the cost of honouring the key."""
+
+
+def keyed_drain(url: str, jobs: int) -> dict[str, Any]:
+    """The plain drain's adapter and kind, with the scheduler in use: the jobs spread
+    over :data:`KEYED_OWNERS` owners, mixed priorities, one concurrency key."""
+    return adapter_call(
+        url,
+        "kind",
+        "--mode",
+        "drain",
+        "--jobs",
+        str(jobs),
+        "--concurrency",
+        "16",
+        "--owners",
+        str(KEYED_OWNERS),
+        "--priorities",
+        str(KEYED_PRIORITIES),
+        "--concurrency-key",
+        KEYED_KEY,
+        "--key-limit",
+        str(KEYED_LIMIT),
+    )
+
+
 async def section_kinds(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
     """Drain and pickup of the same no-op jobs run by the kind declared on the public API
     and by a bare engine handler, alternated (``kind``, ``engine``, ...) in the same
-    minutes: the ratio is what the public API costs."""
+    minutes: the ratio is what the public API costs. Each round ends with the keyed drain
+    (:func:`keyed_drain`): its ratio to the plain drain is what the scheduler costs."""
     url = with_database(base_url, f"atlas_bench_kinds_{run_id}")
     drains: dict[str, list[float]] = {"kind": [], "engine": []}
     pickups: dict[str, list[float]] = {"kind": [], "engine": []}
+    keyed: list[float] = []
     try:
         for _ in range(knobs.kind_rounds):
             for handler in ("kind", "engine"):
@@ -987,13 +1032,18 @@ async def section_kinds(base_url: str, knobs: Knobs, run_id: str) -> dict[str, A
                     "1",
                 )
                 pickups[handler].append(float(latency["p50_ms"]))
+            found = keyed_drain(url, knobs.keyed_jobs)
+            if not found.get("verified"):
+                raise RuntimeError(f"keyed drain not verified: {found}")
+            keyed.append(float(found["jobs_per_sec"]))
     finally:
         await drop_database(url)
     drain_kind, drain_engine = max(drains["kind"]), max(drains["engine"])
     pickup_kind, pickup_engine = min(pickups["kind"]), min(pickups["engine"])
     log(
         f"kinds: drain {drain_kind:.0f} / {drain_engine:.0f} jobs/s, pickup p50 "
-        f"{pickup_kind:.2f} / {pickup_engine:.2f} ms (public kind / engine handler)"
+        f"{pickup_kind:.2f} / {pickup_engine:.2f} ms (public kind / engine handler); "
+        f"keyed drain {max(keyed):.0f} jobs/s"
     )
     return {
         "jobs": knobs.kind_jobs,
@@ -1002,6 +1052,14 @@ async def section_kinds(base_url: str, knobs: Knobs, run_id: str) -> dict[str, A
         "pickup_p50_ms": pickups,
         "drain_ratio": round(drain_kind / drain_engine, 3),
         "pickup_ratio": round(pickup_kind / pickup_engine, 3),
+        "keyed": {
+            "jobs": knobs.keyed_jobs,
+            "owners": KEYED_OWNERS,
+            "priorities": KEYED_PRIORITIES,
+            "key_limit": KEYED_LIMIT,
+            "drain_jobs_per_sec": keyed,
+            "ratio": round(max(keyed) / drain_kind, 3),
+        },
     }
 
 
@@ -1083,6 +1141,21 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                 "ratio": kinds["pickup_ratio"],
                 "goal": "<= 1.05",
                 "met": kinds["pickup_ratio"] <= 1.05,
+            }
+        )
+        keyed = kinds["keyed"]
+        rows.append(
+            {
+                "figure": (
+                    f"drain of {keyed['jobs']:,} jobs over {keyed['owners']} owners, "
+                    f"{keyed['priorities']} priorities, one concurrency key "
+                    f"(limit {keyed['key_limit']:,}) / plain drain"
+                ),
+                "measured": f"{max(keyed['drain_jobs_per_sec']):.0f} jobs/s",
+                "baseline": f"{max(drains['kind']):.0f} jobs/s",
+                "ratio": keyed["ratio"],
+                "goal": ">= 0.90",
+                "met": keyed["ratio"] >= 0.9,
             }
         )
     claim = results.get("claim")

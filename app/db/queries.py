@@ -342,9 +342,12 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 #   (kind_pauses: every version, 0, or one), in the claim itself, so no process claims it
 #   once the pause has committed, whatever its cache;
 # * keys: the rows of those lanes' keys, locked FOR UPDATE SKIP LOCKED -- a locked row reads
-#   its latest committed version, so ``room`` (limit - running, and start tokens) is exact,
-#   and no other claim can spend it before this one commits; a key another claim holds is
-#   skipped for now;
+#   its latest committed version, so what claims counted up (``running``) and the start
+#   tokens are exact, and no other claim can spend the room before this one commits; a key
+#   another claim holds is skipped for now. Ends never lock the key's row (they count up
+#   ``concurrency_key_releases``, KEY_RUNNING): read with this statement's snapshot, a
+#   release committed since is missed, so ``room`` (limit - running) may be short for a
+#   moment, never too large;
 # * a job never started past its start deadline (start_by) is never claimed, in the lanes'
 #   probe and the candidates' scan: the database clock decides, whenever the sweeper gets
 #   to end it (miss_start);
@@ -362,7 +365,8 @@ SELECT :job_id, {_NOW}, '{TransitionName.REQUEST_CANCEL}', :state, :state,
 #   moves it).
 # The UPDATE re-checks state = 'queued': under READ COMMITTED a row locked after a
 # concurrent change is re-evaluated, and a changed row simply drops out. ``running`` of a
-# key is counted by the jobs update trigger in this statement, under the key's row lock.
+# key is counted up by the jobs update trigger in this statement, under the key's row lock
+# (which folds in the releases committed by then).
 _KEY_ROOM = f"""(CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
@@ -370,6 +374,14 @@ _KEY_ROOM = f"""(CASE
                      / k.period_seconds))::integer
            END)"""
 _KEY_LIMIT = "COALESCE(k.max_running, k.declared_limit, 2147483647)"
+# The jobs of key ``k`` running now: what claims counted up on its row, less the releases
+# (ends, expired leases, deletions: concurrency_key_releases, one slot per connection)
+# not yet folded into it (``folded``: their sum a claim already took off ``running``).
+# Releases read with an older snapshot than the row only make it larger: never too small.
+KEY_RUNNING = """(k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer"""
 CLAIM_LEAD = f"""
 lanes AS MATERIALIZED (
     SELECT l.owner, l.kind, l.kind_version, l.concurrency_key, l.served
@@ -378,7 +390,7 @@ lanes AS MATERIALIZED (
        AND (l.concurrency_key = ''
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
-                          AND k.running < {_KEY_LIMIT} AND {_KEY_ROOM} > 0))
+                          AND {KEY_RUNNING} < {_KEY_LIMIT} AND {_KEY_ROOM} > 0))
        AND EXISTS (SELECT 1 FROM jobs AS q
                     WHERE q.owner = l.owner AND q.kind = l.kind
                       AND q.kind_version = l.kind_version
@@ -392,7 +404,7 @@ lanes AS MATERIALIZED (
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
-    SELECT k.key, GREATEST(LEAST({_KEY_LIMIT} - k.running, {_KEY_ROOM}), 0) AS room
+    SELECT k.key, GREATEST(LEAST({_KEY_LIMIT} - {KEY_RUNNING}, {_KEY_ROOM}), 0) AS room
       FROM concurrency_keys AS k
      WHERE k.key IN (SELECT concurrency_key FROM lanes WHERE concurrency_key <> '')
        FOR NO KEY UPDATE SKIP LOCKED

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
+from atlas_jobs._app.db.queries import KEY_RUNNING
 from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
@@ -318,14 +319,15 @@ SELECT owner, kind, kind_version, concurrency_key, served
  ORDER BY served
  LIMIT {LANES_VIEWED}
 """)
-_FULL_KEYS_VIEW = text("""
+_FULL_KEYS_VIEW = text(f"""
 SELECT key, limit_, running, rate, period_seconds, at_limit,
        CASE WHEN tokens < 1
             THEN now() + make_interval(secs => (1 - tokens) * period_seconds / rate)
        END AS next_start_at
-  FROM (SELECT k.key, COALESCE(k.max_running, k.declared_limit) AS limit_, k.running,
-               k.rate, k.period_seconds,
-               k.running >= COALESCE(k.max_running, k.declared_limit, 2147483647) AS at_limit,
+  FROM (SELECT k.key, COALESCE(k.max_running, k.declared_limit) AS limit_,
+               {KEY_RUNNING} AS running, k.rate, k.period_seconds,
+               {KEY_RUNNING} >= COALESCE(k.max_running, k.declared_limit, 2147483647)
+                   AS at_limit,
                LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
                      / k.period_seconds) AS tokens

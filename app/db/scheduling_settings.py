@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from atlas_jobs._app.db.queries import KEY_RUNNING
+
 # set_share: the owner's share, and the change recorded with its actor and the share
 # before (NULL: the default).
 _SET_SHARE = text("""
@@ -35,8 +37,8 @@ SELECT * FROM written
 """)
 
 _KEY_COLUMNS = (
-    "key, declared_limit, declared_rate, declared_period_seconds, max_running, running, rate,"
-    " period_seconds, updated_by, updated_at"
+    "key, declared_limit, declared_rate, declared_period_seconds, max_running,"
+    f" {KEY_RUNNING} AS running, rate, period_seconds, updated_by, updated_at"
 )
 
 # set_key: an operator's limit and start rate for a key (NULL: the declared limit / the
@@ -87,7 +89,7 @@ _LOCK_KEY = text("SELECT 1 FROM concurrency_keys WHERE key = CAST(:key AS text) 
 _SHARES = text("""
 SELECT owner, share, updated_by, updated_at FROM owner_shares ORDER BY owner LIMIT :limit
 """)
-_KEYS = text(f"SELECT {_KEY_COLUMNS} FROM concurrency_keys ORDER BY key LIMIT :limit")
+_KEYS = text(f"SELECT {_KEY_COLUMNS} FROM concurrency_keys AS k ORDER BY key LIMIT :limit")
 _CHANGES = text("""
 SELECT seq, at, actor, setting, subject, before, after, note
   FROM scheduling_changes

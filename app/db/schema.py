@@ -461,14 +461,18 @@ claim_lanes = Table(
 )
 Index("ix_claim_lanes_served", claim_lanes.c.served)
 
-# Concurrency and start-rate keys: how many jobs of the key run now (``running``, kept exact
-# by the jobs update trigger), the limit and start rate the key's first job declared
-# (``declared_*``), an operator's limit (``max_running``, which wins over the declared
-# one) and the start rate in force (``rate`` starts per ``period_seconds``, a token
-# bucket: ``tokens`` as of ``refilled_at``): the declared one from the key's creation,
-# an operator's once set, the declared one again when an operator clears theirs. The
-# claim locks the rows of the keys it takes jobs of (SKIP LOCKED), so two claims never
-# spend the same room.
+# Concurrency and start-rate keys: how many jobs of the key run now (see below), the limit
+# and start rate the key's first job declared (``declared_*``), an operator's limit
+# (``max_running``, which wins over the declared one) and the start rate in force
+# (``rate`` starts per ``period_seconds``, a token bucket: ``tokens`` as of
+# ``refilled_at``): the declared one from the key's creation, an operator's once set, the
+# declared one again when an operator clears theirs. The claim locks the rows of the keys
+# it takes jobs of (SKIP LOCKED), so two claims never spend the same room. The jobs update
+# trigger counts a job entering running up on the key's row (``running``, under that
+# lock) and a job leaving it up in ``concurrency_key_releases`` (a slot per connection, so
+# a completion never locks the key's row every claim of the key needs); ``folded`` is the
+# releases' sum already taken off ``running`` by a claim. The jobs running now:
+# atlas_jobs._app.db.queries.KEY_RUNNING.
 concurrency_keys = Table(
     "concurrency_keys",
     metadata,
@@ -501,7 +505,24 @@ concurrency_keys = Table(
         "AND (declared_period_seconds IS NULL OR declared_period_seconds > 0)",
         name="declared_rate_valid",
     ),
+    Column("folded", BigInteger, nullable=False, server_default=text("0")),
     postgresql_with=LANES_STORAGE,
+)
+
+# Jobs of a concurrency key that left running (ended, lease expired, deleted), counted by
+# the jobs triggers on the slot of the writing connection (``pg_backend_pid() & 15``, as
+# ``owner_backlog``): a count that only grows, summed per key by every reader of the
+# running count (KEY_RUNNING). Written by completions, never by claims, so the two never
+# wait for each other's row.
+concurrency_key_releases = Table(
+    "concurrency_key_releases",
+    metadata,
+    Column("key", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("released", BigInteger, nullable=False),
+    PrimaryKeyConstraint("key", "slot"),
+    CheckConstraint("slot >= 0 AND slot < 16", name="slot_in_range"),
+    postgresql_with=BACKLOG_STORAGE,
 )
 
 # An owner's weight in the fair share (default 1 when it has no row), set by operators.

@@ -90,6 +90,13 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         assert kinds["pickup_p50_ms"][side][0] > 0
     assert kinds["drain_ratio"] > 0
     assert kinds["pickup_ratio"] > 0
+    keyed = kinds["keyed"]
+    assert keyed["jobs"] == 200
+    assert (keyed["owners"], keyed["priorities"]) == (10, 10)
+    assert len(keyed["drain_jobs_per_sec"]) == 1
+    assert keyed["drain_jobs_per_sec"][0] > 0
+    assert keyed["ratio"] > 0
+    assert any("one concurrency key" in row["figure"] for row in report["goals"])
 
     claim = report["results"]["claim"]
     assert [s["queued"] for s in claim["sizes"]] == [50, 200]
@@ -116,11 +123,12 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     assert bloat["ratio"] > 0
 
     # One goal row per ratio: four HTTP pairs, each search page and the bulk resume, the
-    # kind API's drain and pickup, the claim, the hot table, all three tables, two charts.
+    # kind API's drain and pickup, the keyed drain, the claim, the hot table, all three
+    # tables, two charts.
     searches = [
         n for n in report["results"]["operators"]["search"]["ratios"] if n != "primary_key_read"
     ]
-    assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 2 + 2
+    assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 1 + 2 + 2
     for row in report["goals"]:
         assert row["ratio"] > 0
         assert f"{row['ratio']:.2f}" in done.stdout

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.db import scheduling_settings
-from atlas_jobs._app.db.queries import PRUNE_LANES
+from atlas_jobs._app.db.queries import KEY_RUNNING, PRUNE_LANES
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.transitions import Actor, NewJob, Transitions
 
@@ -102,7 +102,8 @@ async def running_of(engine: AsyncEngine, key: str) -> tuple[int, int]:
         row = (
             await conn.execute(
                 text(
-                    "SELECT (SELECT running FROM concurrency_keys WHERE key = :key) AS counted,"
+                    f"SELECT (SELECT {KEY_RUNNING} FROM concurrency_keys AS k WHERE key = :key)"
+                    " AS counted,"
                     " (SELECT count(*) FROM jobs WHERE concurrency_key = :key"
                     "   AND state IN ('running', 'cancel_requested')) AS actual"
                 ),
@@ -133,6 +134,28 @@ async def test_a_concurrency_key_never_runs_more_than_its_limit_and_frees_a_slot
         assert stopped.ok
     assert await running_of(engine, "press") == (1, 1)
     assert len(await claim(engine, transitions, 10)) == 1
+    assert await running_of(engine, "press") == (2, 2)
+
+
+async def test_an_end_not_yet_committed_neither_holds_up_a_claim_of_its_key_nor_lends_room(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    """Ends never lock the key's row the claims need: while a job of the key is ending
+    in an open transaction, a claim of the key takes the room left at once -- and only
+    that, the end's place is free once it commits."""
+    await create(engine, transitions, [new("alice", key="press") for _ in range(4)])
+    [first] = await claim(engine, transitions, 1)
+    async with engine.begin() as conn:
+        await transitions.request_cancel(conn, first.id, actor=CLIENT)
+    async with engine.begin() as conn:
+        stopped = await transitions.stop_canceled(
+            conn, first.id, first.current_attempt_id, actor=Actor("worker", "w-fair")
+        )
+        assert stopped.ok
+        during = await asyncio.wait_for(claim(engine, transitions, 10), timeout=10)
+        assert len(during) == 1  # the room left beside the ending job, no more
+    assert await running_of(engine, "press") == (1, 1)
+    assert len(await claim(engine, transitions, 10)) == 1  # the ended job's place
     assert await running_of(engine, "press") == (2, 2)
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs import Kind
+from atlas_jobs._app.db.queries import KEY_RUNNING
 from atlas_jobs._app.db.scheduling_settings import KeySetting, set_key
 from atlas_jobs._app.fairness import job_key
 from atlas_jobs._app.kinds.registry import KindSpec
@@ -129,7 +130,11 @@ async def test_no_key_ever_runs_more_jobs_than_its_limit_across_worker_processes
     assert await most_at_once(engine) == {"press": 2, customers[0]: 1, customers[1]: 1}
     async with engine.connect() as conn:
         attempts = {r.key: r.attempts for r in await conn.execute(ATTEMPTS_PER_KEY)}
-        left = (await conn.execute(text("SELECT key, running FROM concurrency_keys"))).all()
+        left = (
+            await conn.execute(
+                text(f"SELECT key, {KEY_RUNNING} AS running FROM concurrency_keys AS k")
+            )
+        ).all()
     assert attempts == {"press": 16, customers[0]: 4, customers[1]: 4}  # one attempt each
     assert {r.key: r.running for r in left} == {"press": 0, customers[0]: 0, customers[1]: 0}
 

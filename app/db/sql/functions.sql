@@ -45,7 +45,9 @@ $function$;
 
 -- name: atlas_backlog_jobs_deleted
 -- Trigger jobs_backlog_deleted: deleted unfinished jobs are counted down in owner_backlog,
--- on the slot of the deleting connection. Last written by revision f2a3b4c5d6e7.
+-- on the slot of the deleting connection; deleted running ones of a concurrency key are
+-- released on that slot of concurrency_key_releases (never the key's row). Last written
+-- by revision 7e2b4c6d8f10.
 CREATE OR REPLACE FUNCTION public.atlas_backlog_jobs_deleted()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -58,19 +60,20 @@ BEGIN
      GROUP BY 1
      ORDER BY 1
     ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
-    UPDATE concurrency_keys AS k
-       SET running = k.running - d.gone
-      FROM (SELECT o.concurrency_key AS key, count(*) AS gone
-              FROM old_rows AS o
-             WHERE o.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
-             GROUP BY 1) AS d
-     WHERE k.key = d.key;
+    INSERT INTO concurrency_key_releases AS r (key, slot, released)
+    SELECT o.concurrency_key, (pg_backend_pid() & 15)::smallint, count(*)
+      FROM old_rows AS o
+     WHERE o.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
+     GROUP BY 1
+     ORDER BY 1
+    ON CONFLICT (key, slot) DO UPDATE SET released = r.released + EXCLUDED.released;
     RETURN NULL;
 END
 $function$;
 -- name: atlas_backlog_jobs_truncated
--- Trigger jobs_backlog_truncated: TRUNCATE jobs empties owner_backlog. Written by revision
--- c4d5e6f7a8b9.
+-- Trigger jobs_backlog_truncated: TRUNCATE jobs empties owner_backlog, claim_lanes and
+-- concurrency_key_releases, and zeroes every key's running count. Last written by revision
+-- 7e2b4c6d8f10.
 CREATE OR REPLACE FUNCTION public.atlas_backlog_jobs_truncated()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -78,7 +81,8 @@ AS $function$
 BEGIN
     DELETE FROM owner_backlog;
     DELETE FROM claim_lanes;
-    UPDATE concurrency_keys SET running = 0 WHERE running <> 0;
+    DELETE FROM concurrency_key_releases;
+    UPDATE concurrency_keys SET running = 0, folded = 0 WHERE running <> 0 OR folded <> 0;
     RETURN NULL;
 END
 $function$;
@@ -197,8 +201,12 @@ $function$;
 -- Trigger jobs_updated, in one pass over the transition tables: owner_backlog deltas (one
 -- owner: one row by key; several: one upsert in owner order), the webhook outbox
 -- (terminal or unresolved states, expired results of jobs with webhooks), atlas_job_changed
--- (ids whose version moved, 100 per payload) and atlas_work (kinds newly queued). Last
--- written by revisions f2a3b4c5d6e7, then b4c5d6e7f8a9 (its joins made FULL JOINs).
+-- (ids whose version moved, 100 per payload) and atlas_work (kinds newly queued), and the
+-- running count of concurrency keys: a job entering running (a claim) counts up on the
+-- key's row, under its lock, folding in the releases committed so far; a job leaving it
+-- (an end, an expired lease) is released on this connection's slot of
+-- concurrency_key_releases, never locking the key's row (which every claim of the key
+-- needs). Last written by revision 7e2b4c6d8f10.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_updated()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -211,7 +219,8 @@ DECLARE
     one_owner text;
     one_delta integer;
     delivers boolean;
-    keyed boolean;
+    keyed_up boolean;
+    keyed_down boolean;
     ignored boolean;
 BEGIN
     SELECT array_agg(n.id::text) FILTER (WHERE n.version <> o.version),
@@ -225,9 +234,11 @@ BEGIN
            bool_or(((n.state <> o.state AND n.state IN ('succeeded', 'failed', 'canceled', 'unresolved'))
                     OR (n.delivery_state = 'expired' AND o.delivery_state <> 'expired'))
                    AND EXISTS (SELECT 1 FROM job_webhooks AS jw WHERE jw.job_id = n.id)),
-           bool_or(n.concurrency_key <> ''
-                   AND (n.state IN ('running', 'cancel_requested')) <> (o.state IN ('running', 'cancel_requested')))
-      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed
+           bool_or(n.concurrency_key <> '' AND n.state IN ('running', 'cancel_requested')
+                   AND o.state NOT IN ('running', 'cancel_requested')),
+           bool_or(n.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
+                   AND n.state NOT IN ('running', 'cancel_requested'))
+      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed_up, keyed_down
       FROM new_rows AS n FULL JOIN old_rows AS o ON o.id = n.id;
     -- one_owner is NULL when the rows have several owners or one changed owner.
     IF counts THEN
@@ -258,27 +269,46 @@ BEGIN
                SET unfinished = b.unfinished + EXCLUDED.unfinished;
         END IF;
     END IF;
-    IF keyed THEN
+    IF keyed_up THEN
         PERFORM 1
            FROM concurrency_keys AS k
-          WHERE k.key IN (SELECT n.concurrency_key FROM new_rows AS n WHERE n.concurrency_key <> '')
+          WHERE k.key IN (SELECT n.concurrency_key
+                            FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
+                           WHERE n.concurrency_key <> ''
+                             AND n.state IN ('running', 'cancel_requested')
+                             AND o.state NOT IN ('running', 'cancel_requested'))
           ORDER BY k.key
             FOR NO KEY UPDATE;
         UPDATE concurrency_keys AS k
-           SET running = k.running + d.delta,
+           SET running = k.running + d.ups - GREATEST(COALESCE(r.released, 0) - k.folded, 0),
+               folded = GREATEST(COALESCE(r.released, 0), k.folded),
                tokens = CASE WHEN k.rate IS NULL THEN NULL
                              ELSE LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                                         * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
                                         / k.period_seconds) - d.starts END,
                refilled_at = CASE WHEN k.rate IS NULL THEN NULL ELSE now() END
           FROM (SELECT n.concurrency_key AS key,
-                       sum(CASE WHEN n.state IN ('running', 'cancel_requested') THEN 1 ELSE 0 END
-                           - CASE WHEN o.state IN ('running', 'cancel_requested') THEN 1 ELSE 0 END) AS delta,
+                       count(*) FILTER (WHERE n.state IN ('running', 'cancel_requested')
+                                          AND o.state NOT IN ('running', 'cancel_requested')) AS ups,
                        count(*) FILTER (WHERE n.state = 'running' AND o.state = 'queued') AS starts
                   FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
                  WHERE n.concurrency_key <> ''
                  GROUP BY 1) AS d
-         WHERE k.key = d.key AND (d.delta <> 0 OR d.starts <> 0);
+          LEFT JOIN LATERAL (SELECT sum(c.released) AS released
+                               FROM concurrency_key_releases AS c
+                              WHERE c.key = d.key) AS r ON true
+         WHERE k.key = d.key AND d.ups > 0;
+    END IF;
+    IF keyed_down THEN
+        INSERT INTO concurrency_key_releases AS r (key, slot, released)
+        SELECT n.concurrency_key, (pg_backend_pid() & 15)::smallint, count(*)
+          FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
+         WHERE n.concurrency_key <> ''
+           AND o.state IN ('running', 'cancel_requested')
+           AND n.state NOT IN ('running', 'cancel_requested')
+         GROUP BY 1
+         ORDER BY 1
+        ON CONFLICT (key, slot) DO UPDATE SET released = r.released + EXCLUDED.released;
     END IF;
     IF queued_kinds IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || q.owner, 0))

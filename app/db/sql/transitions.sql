@@ -2447,7 +2447,10 @@ WITH lanes AS MATERIALIZED (
        AND (l.concurrency_key = ''
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
-                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+                          AND (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2466,7 +2469,10 @@ WITH lanes AS MATERIALIZED (
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
-    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer, (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2571,7 +2577,10 @@ WITH lanes AS MATERIALIZED (
        AND (l.concurrency_key = ''
             OR EXISTS (SELECT 1 FROM concurrency_keys AS k
                         WHERE k.key = l.concurrency_key
-                          AND k.running < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
+                          AND (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer < COALESCE(k.max_running, k.declared_limit, 2147483647) AND (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))
@@ -2590,7 +2599,10 @@ WITH lanes AS MATERIALIZED (
      ORDER BY l.served
      LIMIT :limit
 ), keys AS MATERIALIZED (
-    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - k.running, (CASE
+    SELECT k.key, GREATEST(LEAST(COALESCE(k.max_running, k.declared_limit, 2147483647) - (k.running - GREATEST(COALESCE((SELECT sum(c.released)
+                                                  FROM concurrency_key_releases AS c
+                                                 WHERE c.key = k.key), 0)
+                                  - k.folded, 0))::integer, (CASE
                WHEN k.rate IS NULL THEN 2147483647
                ELSE floor(LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM (now() + make_interval(secs => :clock_offset)) - COALESCE(k.refilled_at, (now() + make_interval(secs => :clock_offset))))

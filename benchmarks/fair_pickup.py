@@ -101,11 +101,19 @@ async def pickups(url: str, backlog: int, samples: int, limit: int) -> list[floa
 
 
 async def run() -> dict[str, Any]:
-    samples = int(os.environ.get("BENCH_FAIR_SAMPLES", "50"))
-    limit = int(os.environ.get("BENCH_FAIR_LIMIT", "16"))
-    backlog = int(os.environ.get("BENCH_FAIR_BACKLOG", "100000"))
     explicit = os.environ.get("DATABASE_URL")
     base = normalize_url(explicit) if explicit else resolve_database_url(Settings())
+    return await measure(
+        base,
+        samples=int(os.environ.get("BENCH_FAIR_SAMPLES", "50")),
+        limit=int(os.environ.get("BENCH_FAIR_LIMIT", "16")),
+        backlog=int(os.environ.get("BENCH_FAIR_BACKLOG", "100000")),
+    )
+
+
+async def measure(base: str, *, samples: int, limit: int, backlog: int) -> dict[str, Any]:
+    """Pickup p50/p99 on an empty queue and behind ``backlog`` jobs of another owner, on
+    two scratch databases of the server ``base`` names; ``p99_ratio`` = behind / empty."""
     result: dict[str, Any] = {"samples": samples, "limit": limit, "backlog": backlog}
     for name, size in (("empty", 0), ("behind", backlog)):
         database = f"atlas_bench_fair_{name}_{uuid.uuid4().hex[:6]}"

@@ -70,6 +70,9 @@ Knobs (environment variables, defaults in brackets):
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
   ``BENCH_CLAIM_LIMIT`` [16], ``BENCH_CLAIM_OWNERS`` [1000]: the sizes above the smallest
   are spread over this many owners (lanes), the smallest is one owner's FIFO queue.
+- ``BENCH_FAIR_SAMPLES`` [50], ``BENCH_FAIR_BACKLOG`` [100000]: the claim section's fair
+  pickup (:mod:`benchmarks.fair_pickup`): one owner's job picked up behind another
+  owner's backlog of this size, against an empty queue, this many times each.
 - ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_BATCH`` [1000] (jobs per
   create, claim and publication statement), ``BENCH_CHURN_RETENTION_SECONDS`` [5]: the
   result TTL and the finished-job retention beyond it during the churn.
@@ -175,6 +178,8 @@ class Knobs:
     kind_latency_jobs: int
     kind_rounds: int
     keyed_jobs: int = 10000
+    fair_samples: int = 50
+    fair_backlog: int = 100_000
     charts_jobs: int = 1_000_000
     charts_history: int = 1_000_000
     charts_recent: int = 60_000
@@ -210,6 +215,8 @@ class Knobs:
             kind_latency_jobs=_int("BENCH_KIND_LATENCY_JOBS", 100),
             kind_rounds=_int("BENCH_KIND_ROUNDS", 2),
             keyed_jobs=_int("BENCH_KEYED_JOBS", _int("BENCH_KIND_JOBS", 10000)),
+            fair_samples=_int("BENCH_FAIR_SAMPLES", 50),
+            fair_backlog=_int("BENCH_FAIR_BACKLOG", 100_000),
             charts_jobs=_int("BENCH_CHARTS_JOBS", 1_000_000),
             charts_history=_int("BENCH_CHARTS_HISTORY", 1_000_000),
             charts_recent=_int("BENCH_CHARTS_RECENT", 60_000),
@@ -700,7 +707,14 @@ async def section_claim(base_url: str, knobs: Knobs, run_id: str, budget: Budget
             sizes.append(found)
     for found in sizes:
         log(f"[bench] claim at {found['queued']:,} queued: p50 {found['p50_ms']} ms")
+    from benchmarks import fair_pickup  # it imports this module: not at the top
+
+    fair = await fair_pickup.measure(
+        base_url, samples=knobs.fair_samples, limit=knobs.claim_limit, backlog=knobs.fair_backlog
+    )
+    log(f"[bench] fair pickup p99: {fair['behind']['p99_ms']} ms behind the backlog")
     return {
+        "fair_pickup": fair,
         "sizes": sizes,
         "ratio": round(sizes[-1]["p50_ms"] / sizes[0]["p50_ms"], 3),
         "cut_by_budget": len(sizes) < len(knobs.claim_sizes)
@@ -1176,6 +1190,21 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                 "met": claim["ratio"] <= 1.2 if len(claim["sizes"]) > 1 else None,
             }
         )
+        fair = claim.get("fair_pickup")
+        if fair:
+            rows.append(
+                {
+                    "figure": (
+                        f"pickup p99 of one owner's job behind another owner's "
+                        f"{fair['backlog']:,} / on an empty queue"
+                    ),
+                    "measured": f"{fair['behind']['p99_ms']:.2f} ms",
+                    "baseline": f"{fair['empty']['p99_ms']:.2f} ms",
+                    "ratio": fair["p99_ratio"],
+                    "goal": "<= 2.00",
+                    "met": fair["p99_ratio"] <= 2.0,
+                }
+            )
     bloat = results.get("bloat")
     if bloat:
         big, small = bloat["stages"][-1], bloat["stages"][0]

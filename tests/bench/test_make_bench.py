@@ -28,6 +28,8 @@ TINY = {
     "BENCH_KIND_JOBS": "200",
     "BENCH_KIND_LATENCY_JOBS": "10",
     "BENCH_KIND_ROUNDS": "1",
+    "BENCH_FAIR_SAMPLES": "5",
+    "BENCH_FAIR_BACKLOG": "300",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
@@ -108,6 +110,11 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         assert size["explain"]["execution_ms"] > 0
         assert size["explain"]["jobs_scans"], size["explain"]
     assert claim["ratio"] > 0
+    fair = claim["fair_pickup"]
+    assert (fair["samples"], fair["backlog"]) == (5, 300)
+    assert 0 < fair["empty"]["p50_ms"] <= fair["empty"]["p99_ms"]
+    assert 0 < fair["behind"]["p50_ms"] <= fair["behind"]["p99_ms"]
+    assert any("behind another owner's 300" in row["figure"] for row in report["goals"])
 
     bloat = report["results"]["bloat"]
     assert [s["churned"] for s in bloat["stages"]] == [100, 300]
@@ -123,12 +130,12 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     assert bloat["ratio"] > 0
 
     # One goal row per ratio: four HTTP pairs, each search page and the bulk resume, the
-    # kind API's drain and pickup, the keyed drain, the claim, the hot table, all three
-    # tables, two charts.
+    # kind API's drain and pickup, the keyed drain, the claim and the fair pickup, the hot
+    # table, all three tables, two charts.
     searches = [
         n for n in report["results"]["operators"]["search"]["ratios"] if n != "primary_key_read"
     ]
-    assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 1 + 2 + 2
+    assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 2 + 2 + 2
     for row in report["goals"]:
         assert row["ratio"] > 0
         assert f"{row['ratio']:.2f}" in done.stdout

@@ -30,6 +30,7 @@ from atlas_jobs._app.kinds.registry import KindSpec
 from atlas_jobs._app.transitions import NewJob, Transitions
 from tests.workers.conftest import MakeFleet
 from tests.workers.dbwait import CLIENT, eventually, state_counts, wait_all_terminal
+from tests.workers.procs import Fleet
 
 MODULE = '''
 """Kinds with concurrency limits."""
@@ -92,6 +93,26 @@ def job(kind: str, key: str, limit: int | None, rate: tuple[int, float] | None =
     )
 
 
+def kinds_folder(tmp_path: Path) -> Path:
+    """A folder holding the kinds module ``limited`` (``MODULE``)."""
+    kinds = tmp_path / "kinds"
+    kinds.mkdir()
+    (kinds / "limited.py").write_text(textwrap.dedent(MODULE).lstrip())
+    return kinds
+
+
+def limited_fleet(make_fleet: MakeFleet, kinds: Path) -> Fleet:
+    """Worker processes that load only the kinds of ``limited``, polling every 0.1 s."""
+    fleet = make_fleet(poll_interval_seconds=0.1)
+    fleet.extra_env = {
+        "PYTHONPATH": str(kinds),
+        "ATLAS_KINDS": "limited",
+        "ATLAS_BUILTIN_KINDS": "false",
+        "ATLAS_KIND_ENTRY_POINTS": "false",
+    }
+    return fleet
+
+
 async def most_at_once(engine: AsyncEngine) -> dict[str, int]:
     running: dict[str, int] = defaultdict(int)
     most: dict[str, int] = defaultdict(int)
@@ -106,22 +127,14 @@ async def most_at_once(engine: AsyncEngine) -> dict[str, int]:
 async def test_no_key_ever_runs_more_jobs_than_its_limit_across_worker_processes(
     engine: AsyncEngine, transitions: Transitions, make_fleet: MakeFleet, tmp_path: Path
 ) -> None:
-    kinds = tmp_path / "kinds"
-    kinds.mkdir()
-    (kinds / "limited.py").write_text(textwrap.dedent(MODULE).lstrip())
+    kinds = kinds_folder(tmp_path)
     customers = [job_key("demo.export", c) for c in ("c1", "c2")]
     batch = [job("demo.press", "press", 2) for _ in range(16)] + [
         job("demo.export", key, 1) for key in customers for _ in range(4)
     ]
     async with engine.begin() as conn:
         await transitions.create_many(conn, batch, actor=CLIENT)
-    fleet = make_fleet(poll_interval_seconds=0.1)
-    fleet.extra_env = {
-        "PYTHONPATH": str(kinds),
-        "ATLAS_KINDS": "limited",
-        "ATLAS_BUILTIN_KINDS": "false",
-        "ATLAS_KIND_ENTRY_POINTS": "false",
-    }
+    fleet = limited_fleet(make_fleet, kinds)
     workers = [fleet.start(f"w-limit-{n}", concurrency=4) for n in range(2)]
     counts = await wait_all_terminal(engine, timeout=120)
     assert counts == {"succeeded": len(batch)}, fleet.logs()
@@ -142,22 +155,14 @@ async def test_no_key_ever_runs_more_jobs_than_its_limit_across_worker_processes
 async def test_a_declared_start_rate_holds_until_an_operator_sets_another(
     engine: AsyncEngine, transitions: Transitions, make_fleet: MakeFleet, tmp_path: Path
 ) -> None:
-    kinds = tmp_path / "kinds"
-    kinds.mkdir()
-    (kinds / "limited.py").write_text(textwrap.dedent(MODULE).lstrip())
+    kinds = kinds_folder(tmp_path)
     paced = KindSpec.of(load_kind(kinds, "limited", "demo.paced"), source="test")
     assert (paced.concurrency_key, paced.concurrency_limit) == ("demo.paced", None)
     assert (paced.concurrency_rate, paced.concurrency_period_seconds) == (2, 3600.0)
     batch = [job("demo.paced", "demo.paced", None, (2, 3600.0)) for _ in range(5)]
     async with engine.begin() as conn:
         await transitions.create_many(conn, batch, actor=CLIENT)
-    fleet = make_fleet(poll_interval_seconds=0.1)
-    fleet.extra_env = {
-        "PYTHONPATH": str(kinds),
-        "ATLAS_KINDS": "limited",
-        "ATLAS_BUILTIN_KINDS": "false",
-        "ATLAS_KIND_ENTRY_POINTS": "false",
-    }
+    fleet = limited_fleet(make_fleet, kinds)
     worker = fleet.start("w-paced", concurrency=4)
     await eventually(
         lambda: state_counts(engine),

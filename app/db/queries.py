@@ -601,8 +601,10 @@ SELECT id, owner
 #   that could scan the table.
 # * SKIP LOCKED: a row a late cancel or a replay holds is left for the next pass; both
 #   lock the job row first, so they either see it gone (404) or make the pruner skip it.
-# * The job's job_tags rows go in the same statement, each by job_tags' primary key
-#   (its tags, its id): they were written with the job, so this snapshot sees them all.
+# * The job's job_tags rows go in the same statement, each found by job_tags' primary key
+#   (its tags, its id; the LATERAL ... OFFSET 0 keeps that a per-job probe, never a hash
+#   of the whole table) and deleted by its row address. They were written with the job,
+#   so this snapshot sees them all; only the pruner, holding the job's lock, deletes them.
 PRUNE_FINISHED = text(f"""
 WITH doomed AS (
     SELECT id
@@ -619,9 +621,15 @@ WITH doomed AS (
      WHERE id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING id, tags
 ), untagged AS (
-    DELETE FROM job_tags AS t
-     USING gone
-     WHERE t.tag = ANY(gone.tags) AND t.job_id = gone.id
+    DELETE FROM job_tags
+     WHERE ctid = ANY(ARRAY(
+               SELECT t.ctid
+                 FROM gone
+                      CROSS JOIN LATERAL (
+                          SELECT ctid FROM job_tags
+                           WHERE tag = ANY(gone.tags) AND job_id = gone.id
+                          OFFSET 0
+                      ) AS t))
 )
 SELECT id FROM gone
 """)

@@ -149,7 +149,8 @@ async def test_a_tag_search_with_more_tags_checks_the_others_on_the_job(
         rows = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7", "nope=1"]))
         both = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7", "batch=7"]))
     assert rows == []
-    assert both and all("batch=7" in row.tags for row in both)
+    assert both
+    assert all("batch=7" in row.tags for row in both)
 
 
 async def test_there_is_no_index_on_seq_alone(filled: AsyncEngine) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, func, select, text, true
+from sqlalchemy import ColumnElement, Row, Select, and_, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
@@ -273,6 +273,12 @@ async def filter_batch(conn: AsyncConnection, page: JobFilter, op: Any, *, limit
     locking: the moves lock and compare-and-set them. Across owners, after ``op.after_id``
     (none yet: from the first) up to ``op.through_id``; for one owner, after
     ``op.position`` up to ``op.through_seq``."""
+    return list((await conn.execute(filter_batch_query(page, op, limit=limit))).all())
+
+
+def filter_batch_query(page: JobFilter, op: Any, *, limit: int) -> Select[Any]:
+    """:func:`filter_batch`'s statement: across owners a walk of ``pk_jobs`` forwards (or,
+    for a tag, of ``job_tags``' primary key: the search's walk in the other direction)."""
     keyset: list[ColumnElement[bool]]
     if walks_by_id(page):
         key = walk_id(page)
@@ -281,13 +287,12 @@ async def filter_batch(conn: AsyncConnection, page: JobFilter, op: Any, *, limit
             keyset.append(key > op.after_id)
     else:
         keyset = [jobs.c.seq > op.position, jobs.c.seq <= op.through_seq]
-    rows = await conn.execute(
+    return (
         walk_from(page, select(jobs.c.id, jobs.c.seq, jobs.c.state, jobs.c.kind))
         .where(and_(true(), *job_conditions(page)), *keyset)
         .order_by(*_walk_order(page, descending=False))
         .limit(limit)
     )
-    return list(rows.all())
 
 
 async def jobs_by_id(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:

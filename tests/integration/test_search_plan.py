@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs._app.db.bulk import filter_batch_query
 from atlas_jobs._app.db.engine import single_statements
 from atlas_jobs._app.db.reads import JobFilter, list_jobs, listing_query, walks_by_id
 from atlas_jobs._app.db.schema import jobs
@@ -151,6 +153,35 @@ async def test_a_tag_search_with_more_tags_checks_the_others_on_the_job(
     assert rows == []
     assert both
     assert all("batch=7" in row.tags for row in both)
+
+
+async def test_a_bulk_walk_of_a_tag_reads_job_tags_forwards(filled: AsyncEngine) -> None:
+    """A bulk operation's tag filter across owners walks the tag's ``job_tags`` rows in
+    the other direction (oldest first, after its ``after_id``): no sort, no bitmap."""
+    page = JobFilter(owner=None, tags=["batch=7"])
+    async with filled.connect() as conn:
+        ordered = list(await conn.scalars(select(jobs.c.id).order_by(jobs.c.id)))
+    op = SimpleNamespace(after_id=ordered[20_000], through_id=ordered[-1])
+    query = filter_batch_query(page, op, limit=5)
+    async with filled.connect() as conn:
+        compiled = query.compile(conn.sync_engine, compile_kwargs={"literal_binds": True})
+        raw = (await conn.execute(text(f"EXPLAIN (FORMAT JSON) {compiled}"))).scalar_one()
+        rows = list(await conn.execute(query))
+        expected = list(
+            await conn.scalars(
+                select(jobs.c.id)
+                .where(jobs.c.tags.contains(["batch=7"]), jobs.c.id > op.after_id)
+                .order_by(jobs.c.id)
+                .limit(5)
+            )
+        )
+    nodes = list(_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]))
+    assert not any(n["Node Type"] in {"Sort", "Seq Scan", "Bitmap Heap Scan"} for n in nodes)
+    walks = [n for n in nodes if n.get("Index Name") == "pk_job_tags"]
+    assert walks, nodes
+    assert all(n["Scan Direction"] == "Forward" for n in walks), nodes
+    assert [row.id for row in rows] == expected
+    assert len(expected) == 5
 
 
 async def test_there_is_no_index_on_seq_alone(filled: AsyncEngine) -> None:

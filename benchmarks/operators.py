@@ -47,6 +47,7 @@ from atlas_jobs._app.db.schema import jobs
 REPO = Path(__file__).resolve().parents[1]
 
 SEARCH_FILL = text("""
+WITH filled AS (
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, created_at, finished_at, attempt, charged_attempts,
                   last_error, error, delivery_state, result_ref, tags)
@@ -68,10 +69,14 @@ SELECT atlas_uuid_v7(), 'owner-' || (g % 40),
        CASE WHEN g % 300 <> 0 AND g % 50 <> 0 THEN '{"files": []}'::jsonb END,
        CASE WHEN g % 10 = 0 THEN ARRAY['batch=' || (g / 10 % 100)] ELSE '{}'::text[] END
   FROM generate_series(CAST(:start AS bigint), CAST(:stop AS bigint)) AS g
+RETURNING id, tags
+)
+INSERT INTO job_tags (tag, job_id) SELECT unnest(tags), id FROM filled
 """)
 FILL_CHUNK = 100_000
 
 STUCK = text("""
+WITH stuck AS (
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, attempt, charged_attempts, last_error, tags)
 SELECT atlas_uuid_v7(), 'owner-' || (g % 40), 'bench.unserved', 1, '{}'::jsonb,
@@ -79,6 +84,9 @@ SELECT atlas_uuid_v7(), 'owner-' || (g % 40), 'bench.unserved', 1, '{}'::jsonb,
        '{"code": "destination_down", "message": "timed out", "retryable": true}'::jsonb,
        ARRAY['dest=down']
   FROM generate_series(1, :n) AS g
+RETURNING id, tags
+)
+INSERT INTO job_tags (tag, job_id) SELECT unnest(tags), id FROM stuck
 """)
 QUEUED = text("""
 INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
@@ -151,7 +159,7 @@ async def search(
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             t0 = time.perf_counter()
             await _fill(conn, 1, size)
-            await conn.execute(text("VACUUM ANALYZE jobs"))
+            await conn.execute(text("VACUUM ANALYZE jobs, job_tags"))
             log(f"[bench] search: {size:,} jobs in {time.perf_counter() - t0:.1f} s")
         pages = _pages()
         for name in ("unresolved_kind",):
@@ -219,7 +227,7 @@ async def bulk_resume(url: str, *, n: int) -> dict[str, Any]:
             await conn.execute(QUEUED, {"n": n})
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.execute(text("VACUUM ANALYZE jobs"))
+            await conn.execute(text("VACUUM ANALYZE jobs, job_tags"))
         with tempfile.TemporaryDirectory(prefix="atlas-bench-bulk-") as tmp:
             worker = _worker(url, tmp, Path(tmp) / "worker.log")
             try:

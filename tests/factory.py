@@ -47,6 +47,7 @@ class JobFactory:
         owner: str = "alice",
         max_attempts: int = 3,
         input: dict[str, Any] | None = None,
+        tags: tuple[str, ...] = (),
     ) -> MadeJob:
         kind = f"test.kind{next(_counter)}"  # unique, so a claim picks exactly this job
         new = NewJob(
@@ -56,6 +57,7 @@ class JobFactory:
             input=input or {},
             max_attempts=max_attempts,
             max_elapsed_seconds=3600,
+            tags=tags,
         )
         async with self.engine.begin() as conn:
             created = await self.t.create(conn, new, actor=CLIENT)

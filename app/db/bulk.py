@@ -16,11 +16,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, func, select, text, true
+from sqlalchemy import ColumnElement, Row, Select, and_, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
-from atlas_jobs._app.db.reads import JobFilter, job_conditions, single_owner, walks_by_id
+from atlas_jobs._app.db.reads import (
+    JobFilter,
+    job_conditions,
+    single_owner,
+    walk_from,
+    walk_id,
+    walks_by_id,
+)
 from atlas_jobs._app.db.schema import bulk_operations, jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import BulkOperationState
@@ -225,10 +232,12 @@ async def preview(
     """A dry run: how many jobs the filter selects (counted up to ``cap``) and the newest
     ``sample`` of them."""
     conditions = job_conditions(page)
-    counted = select(jobs.c.id).where(and_(true(), *conditions)).limit(cap).subquery()
+    counted = (
+        walk_from(page, select(jobs.c.id)).where(and_(true(), *conditions)).limit(cap).subquery()
+    )
     count = int(await conn.scalar(select(func.count()).select_from(counted)) or 0)
     rows = await conn.execute(
-        select(jobs, func.now().label("observed_at"))
+        walk_from(page, select(jobs, func.now().label("observed_at")))
         .where(and_(true(), *conditions))
         .order_by(*_walk_order(page, descending=True))
         .limit(sample)
@@ -239,8 +248,9 @@ async def preview(
 def _walk_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any], ...]:
     """The order of a filter's walk: one owner's jobs in ``(owner, seq)`` order, which
     ``ix_jobs_owner_seq`` gives (see :func:`~atlas_jobs._app.db.reads.single_owner`);
-    across owners ``id`` order (``pk_jobs``; ids are UUIDv7, creation order)."""
-    columns = (jobs.c.id,) if walks_by_id(page) else (jobs.c.owner, jobs.c.seq)
+    across owners ``id`` order (``pk_jobs``, or ``job_tags``' primary key for a tag:
+    :func:`~atlas_jobs._app.db.reads.walk_from`; ids are UUIDv7, creation order)."""
+    columns = (walk_id(page),) if walks_by_id(page) else (jobs.c.owner, jobs.c.seq)
     return tuple(c.desc() if descending else c.asc() for c in columns)
 
 
@@ -263,20 +273,26 @@ async def filter_batch(conn: AsyncConnection, page: JobFilter, op: Any, *, limit
     locking: the moves lock and compare-and-set them. Across owners, after ``op.after_id``
     (none yet: from the first) up to ``op.through_id``; for one owner, after
     ``op.position`` up to ``op.through_seq``."""
+    return list((await conn.execute(filter_batch_query(page, op, limit=limit))).all())
+
+
+def filter_batch_query(page: JobFilter, op: Any, *, limit: int) -> Select[Any]:
+    """:func:`filter_batch`'s statement: across owners a walk of ``pk_jobs`` forwards (or,
+    for a tag, of ``job_tags``' primary key: the search's walk in the other direction)."""
     keyset: list[ColumnElement[bool]]
     if walks_by_id(page):
-        keyset = [jobs.c.id <= op.through_id]
+        key = walk_id(page)
+        keyset = [key <= op.through_id]
         if op.after_id is not None:
-            keyset.append(jobs.c.id > op.after_id)
+            keyset.append(key > op.after_id)
     else:
         keyset = [jobs.c.seq > op.position, jobs.c.seq <= op.through_seq]
-    rows = await conn.execute(
-        select(jobs.c.id, jobs.c.seq, jobs.c.state, jobs.c.kind)
+    return (
+        walk_from(page, select(jobs.c.id, jobs.c.seq, jobs.c.state, jobs.c.kind))
         .where(and_(true(), *job_conditions(page)), *keyset)
         .order_by(*_walk_order(page, descending=False))
         .limit(limit)
     )
-    return list(rows.all())
 
 
 async def jobs_by_id(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:

@@ -111,6 +111,16 @@ def _creation_writes(*, one: bool, by_key: bool = True, tagged: bool = False) ->
     # now; NULL: no delay) and start deadline (start_by, or now + start_within). The job
     # is claimable from its not-before, and its elapsed-time budget starts then.
     tag_column, tag_value = (", tags", f", {_TAGS}") if tagged else ("", "")
+    # job_tags: the search's side table (one row per tag, schema.job_tags), written here
+    # with the job and never again -- tags are set once, so no transition touches it.
+    job_tags = (
+        """, tagged AS (
+    INSERT INTO job_tags (tag, job_id)
+    SELECT DISTINCT t.tag, c.id FROM created AS c CROSS JOIN LATERAL unnest(c.tags) AS t(tag)
+)"""
+        if tagged
+        else ""
+    )
     return f"""
 created AS (
     INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attempts,
@@ -143,7 +153,7 @@ created AS (
            '{Reason.NEW}', CAST(:actor AS text), i.request_id, CAST(:note AS text),
            i.data{key_value}
       FROM input AS i
-)"""
+){job_tags}"""
 
 
 # The creation statements answer with typed columns (``TextClause.columns``): SQLAlchemy
@@ -591,6 +601,10 @@ SELECT id, owner
 #   that could scan the table.
 # * SKIP LOCKED: a row a late cancel or a replay holds is left for the next pass; both
 #   lock the job row first, so they either see it gone (404) or make the pruner skip it.
+# * The job's job_tags rows go in the same statement, each found by job_tags' primary key
+#   (its tags, its id; the LATERAL ... OFFSET 0 keeps that a per-job probe, never a hash
+#   of the whole table) and deleted by its row address. They were written with the job,
+#   so this snapshot sees them all; only the pruner, holding the job's lock, deletes them.
 PRUNE_FINISHED = text(f"""
 WITH doomed AS (
     SELECT id
@@ -602,10 +616,22 @@ WITH doomed AS (
      ORDER BY finished_at
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM jobs
+     WHERE id = ANY(ARRAY(SELECT id FROM doomed))
+    RETURNING id, tags
+), untagged AS (
+    DELETE FROM job_tags
+     WHERE ctid = ANY(ARRAY(
+               SELECT t.ctid
+                 FROM gone
+                      CROSS JOIN LATERAL (
+                          SELECT ctid FROM job_tags
+                           WHERE tag = ANY(gone.tags) AND job_id = gone.id
+                          OFFSET 0
+                      ) AS t))
 )
-DELETE FROM jobs
- WHERE id = ANY(ARRAY(SELECT id FROM doomed))
-RETURNING id
+SELECT id FROM gone
 """)
 
 # prune_history: the history of the jobs PRUNE_FINISHED just deleted (their ids), in its

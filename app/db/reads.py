@@ -41,6 +41,7 @@ from atlas_jobs._app.db.schema import (
     job_history,
     job_signals,
     job_stages,
+    job_tags,
     jobs,
     worker_processes,
 )
@@ -431,11 +432,43 @@ def _one_owner(owner: str) -> list[ColumnElement[bool]]:
     return [jobs.c.owner >= owner, jobs.c.owner <= owner]
 
 
+def walked_tag(page: JobFilter) -> str | None:
+    """The tag whose ``job_tags`` rows a filter's walk follows, if any: the first of its
+    tags when the walk is across owners (:func:`walks_by_id`). ``job_tags``' primary key
+    ``(tag, job_id)`` gives that tag's jobs in id order, so the walk reads a page of them
+    and joins each job by ``pk_jobs``; the filter's other tags are checked on the job's
+    row. One owner's tag search walks ``ix_jobs_owner_seq`` and checks the tags on the
+    way: it reads at most that owner's jobs."""
+    if page.tags and walks_by_id(page):
+        return sorted(set(page.tags))[0]
+    return None
+
+
+def walk_id(page: JobFilter) -> ColumnElement[uuid.UUID]:
+    """The column a walk across owners is keyed and ordered on: ``job_tags.job_id`` for a
+    tag's walk (an inequality on ``jobs.id`` would not reach that index: the planner only
+    carries equalities across the join), else ``jobs.id``."""
+    return job_tags.c.job_id if walked_tag(page) is not None else jobs.c.id
+
+
+def walk_from(page: JobFilter, query: Select[Any]) -> Select[Any]:
+    """``query`` (of ``jobs``) read through ``job_tags`` for a tag's walk
+    (:func:`walked_tag`): ``job_tags JOIN jobs`` on the job's id, the walked tag's rows
+    only. Any other filter is returned as it is."""
+    tag = walked_tag(page)
+    if tag is None:
+        return query
+    return query.join_from(job_tags, jobs, job_tags.c.job_id == jobs.c.id).where(
+        job_tags.c.tag == tag
+    )
+
+
 def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
-    """The WHERE of a filter, shaped for the search indexes: states are literals (from
-    the lifecycle's vocabulary, never input) so the planner can prove the partial index
-    ``ix_jobs_attention`` covers them, a tag filter repeats ``ix_jobs_tags``'s predicate,
-    and one owner is an equality (``ix_jobs_owner_seq``)."""
+    """The WHERE of a filter on ``jobs``, shaped for the search indexes: states are
+    literals (from the lifecycle's vocabulary, never input) so the planner can prove the
+    partial index ``ix_jobs_attention`` covers them, and one owner is an equality
+    (``ix_jobs_owner_seq``). Tags are checked on the job's row; across owners the walk
+    follows one of them in ``job_tags`` (:func:`walk_from`)."""
     conditions: list[ColumnElement[bool]] = []
     owners = sorted({*page.owners, *([page.owner] if page.owner is not None else [])})
     only = single_owner(page)
@@ -451,7 +484,6 @@ def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
     if page.kinds:
         conditions.append(jobs.c.kind.in_(sorted(set(page.kinds))))
     if page.tags:
-        conditions.append(jobs.c.tags != literal_column("'{}'::text[]"))
         conditions.append(jobs.c.tags.contains(sorted(set(page.tags))))
     if page.reasons:
         conditions.append(jobs.c.reason.in_(sorted(set(page.reasons))))
@@ -489,20 +521,22 @@ async def list_jobs(
 def listing_query(page: JobFilter, columns: Select[Any]) -> Select[Any]:
     """``columns`` narrowed to a listing's page: the filter, the cursor, newest first --
     one owner's page in ``(owner, seq)`` order (``ix_jobs_owner_seq``, read backwards),
-    a page across owners in ``id`` order (``pk_jobs`` or ``ix_jobs_attention``, read
-    backwards). The keyset of the other walk, if set, is ignored: the caller matches
-    the cursor to the walk (:func:`walks_by_id`)."""
+    a page across owners in ``id`` order (``pk_jobs``, ``ix_jobs_attention`` or, for a
+    tag, ``job_tags``' primary key, read backwards). The keyset of the other walk, if
+    set, is ignored: the caller matches the cursor to the walk (:func:`walks_by_id`)."""
     conditions = job_conditions(page)
     order: tuple[ColumnElement[Any], ...]
     if walks_by_id(page):
+        key = walk_id(page)
         if page.before_id is not None:
-            conditions.append(jobs.c.id < page.before_id)
-        order = (jobs.c.id.desc(),)
+            conditions.append(key < page.before_id)
+        order = (key.desc(),)
     else:
         if page.before_seq is not None:
             conditions.append(jobs.c.seq < page.before_seq)
         order = (jobs.c.owner.desc(), jobs.c.seq.desc())
-    return columns.where(and_(true(), *conditions)).order_by(*order).limit(page.limit + 1)
+    query = walk_from(page, columns).where(and_(true(), *conditions))
+    return query.order_by(*order).limit(page.limit + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,6 +655,9 @@ __all__ = [
     "scheduling_view",
     "single_owner",
     "stages_for",
+    "walk_from",
+    "walk_id",
+    "walked_tag",
     "walks_by_id",
 ]
 

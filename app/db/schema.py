@@ -268,13 +268,6 @@ Index(
 # of walking ix_jobs_attention for one page (revision b8fd571ff01f).
 JOBS_STATE_KIND_STATISTICS = "CREATE STATISTICS jobs_state_kind (mcv) ON state, kind FROM jobs"
 event.listen(jobs, "after_create", DDL(JOBS_STATE_KIND_STATISTICS))  # type: ignore[no-untyped-call]
-# Search by tag: only tagged jobs are in it.
-Index(
-    "ix_jobs_tags",
-    jobs.c.tags,
-    postgresql_using="gin",
-    postgresql_where=text("tags <> '{}'::text[]"),
-)
 # Admission control counts an owner's unfinished jobs without touching finished ones.
 Index(
     "ix_jobs_owner_active",
@@ -339,6 +332,21 @@ attempts = Table(
     CheckConstraint(f"outcome IN ({sql_list(ALL_ATTEMPT_OUTCOMES)})", name="outcome_known"),
     CheckConstraint("(outcome = 'running') = (ended_at IS NULL)", name="ended_iff_not_running"),
     postgresql_with=ATTEMPTS_STORAGE,
+)
+
+# Search by tag across owners (revision 9c3d5e7f1a24): one row per tag of a tagged job,
+# written by the job's creation statement (tags are set once, never updated) and deleted
+# by the pruner's statement with the job, so a transition never touches it. A search
+# walks the primary key backwards from its cursor -- ``tag = :t AND job_id < :before``,
+# newest first (ids are UUIDv7) -- and joins each job by its primary key: a page reads a
+# page of rows, however many jobs carry the tag. One owner's tag search walks
+# ``ix_jobs_owner_seq`` (bounded by that owner's jobs); no GIN index on ``jobs.tags``.
+job_tags = Table(
+    "job_tags",
+    metadata,
+    Column("tag", Text, nullable=False),
+    Column("job_id", UUID(as_uuid=True), nullable=False),
+    PrimaryKeyConstraint("tag", "job_id"),
 )
 
 job_history = Table(

@@ -263,3 +263,60 @@ async def test_paging_every_owner_by_id_sees_each_job_once_under_inserts(
     )
     assert again.status_code == 200
     assert not {i["id"] for i in again.json()["items"]} & {i["id"] for i in one.json()["items"]}
+
+
+async def test_a_tag_search_across_owners_pages_newest_first_each_job_once(
+    client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """A tag search across owners walks the tag's jobs by id: paging through them while
+    both owners keep creating jobs (tagged, untagged, other tags, batches) between pages
+    shows each tagged job that existed at the first page exactly once, newest first; a
+    second tag narrows the walk, and one owner's tag search keeps the seq walk."""
+    made: list[str] = []
+    for i in range(11):
+        auth = keys.a if i % 3 else keys.b
+        tags = ["run=q", "team=x"] if i % 2 else ["run=q"]
+        made.append((await make(client, auth, tags)).json()["id"])
+        await make(client, auth, ["run=other"])
+        await make(client, auth)
+    batch = await client.post(
+        "/v1/jobs:batch",
+        json={
+            "jobs": [
+                {"kind": "atlas.noop", "input": {}, "tags": ["run=q"]},
+                {"kind": "atlas.noop", "input": {}},
+                {"kind": "atlas.noop", "input": {}, "tags": ["team=x", "run=q"]},
+            ]
+        },
+        headers=keys.b,
+    )
+    assert batch.status_code == 202, batch.text
+    made += [batch.json()["items"][0]["id"], batch.json()["items"][2]["id"]]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 3, "tag": "run=q"}
+        if cursor:
+            params["cursor"] = cursor
+        page = (await client.get("/v1/jobs", params=params, headers=keys.op)).json()
+        seen += [item["id"] for item in page["items"]]
+        assert all("run=q" in item["tags"] for item in page["items"])
+        await make(client, keys.a, ["run=q"])  # newer jobs of both owners between pages
+        await make(client, keys.b, ["run=q", "team=x"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        assert cursor.startswith("i"), cursor
+    assert seen == list(reversed(made))
+    assert len(set(seen)) == len(made) == 13
+
+    both = await client.get(
+        "/v1/jobs", params=[("tag", "run=q"), ("tag", "team=x"), ("limit", 100)], headers=keys.op
+    )
+    assert all({"run=q", "team=x"} <= set(item["tags"]) for item in both.json()["items"])
+    assert set(made[1::2][:5]) <= set(ids(both))
+    alone = await client.get(
+        "/v1/jobs", params={"tag": "run=q", "owner": "bob", "limit": 2}, headers=keys.op
+    )
+    assert alone.json()["next_cursor"].startswith("c")
+    assert all("run=q" in item["tags"] for item in alone.json()["items"])

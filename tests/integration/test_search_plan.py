@@ -4,20 +4,22 @@ jobs walk ``pk_jobs`` backwards in id order, one owner's ``ix_jobs_owner_seq`` i
 order, and both stop after the page (no sort); the states an operator looks for are read
 from the partial ``ix_jobs_attention`` ``(state, id)`` (walked in order, or -- when few
 jobs match -- a bitmap of them, sorted: only those jobs, never the table), also with a
-kind and on a later page. A tag filter repeats the partial GIN index's predicate, so the
-planner may use it; only tagged jobs are in it. There is no index on ``seq`` alone."""
+kind and on a later page. A tag search across owners walks ``job_tags`` backwards for its
+first tag and joins each job by ``pk_jobs``. There is no index on ``seq`` alone."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs._app.db.bulk import filter_batch_query
 from atlas_jobs._app.db.engine import single_statements
 from atlas_jobs._app.db.reads import JobFilter, list_jobs, listing_query, walks_by_id
 from atlas_jobs._app.db.schema import jobs
@@ -43,7 +45,7 @@ async def _plan(engine: AsyncEngine, page: JobFilter) -> dict[str, Any]:
 async def filled(engine: AsyncEngine) -> AsyncEngine:
     async with single_statements(engine).connect() as conn:
         await conn.execute(SEARCH_FILL, {"start": 1, "stop": 60_000})
-        await conn.execute(text("VACUUM ANALYZE jobs"))
+        await conn.execute(text("VACUUM ANALYZE jobs, job_tags"))
     return engine
 
 
@@ -107,15 +109,79 @@ async def test_a_search_page_reads_an_index_never_the_table(
     assert keys == sorted(keys, reverse=True)
 
 
-async def test_a_tag_search_reads_only_tagged_jobs(filled: AsyncEngine) -> None:
-    plan = await _plan(filled, JobFilter(owner=None, tags=["batch=7"]))
-    used = {n.get("Index Name") for n in _nodes(plan)} - {None}
-    assert used <= {"ix_jobs_tags", "pk_jobs"}, plan
-    assert used
+@pytest.mark.parametrize("later", [False, True])
+async def test_a_tag_search_walks_job_tags_backwards_for_one_page(
+    filled: AsyncEngine, later: bool
+) -> None:
+    """One job in 1,000 carries ``batch=7``: the page walks that tag's rows of
+    ``job_tags`` backwards from the cursor and joins each job by ``pk_jobs`` -- a nested
+    loop that stops after the page, never a bitmap of every tagged job, never a sort."""
+    page = JobFilter(owner=None, tags=["batch=7"])
+    if later:
+        page = await _later(filled, page)
+    plan = await _plan(filled, page)
+    nodes = list(_nodes(plan))
+    assert not any(n["Node Type"] in {"Sort", "Seq Scan", "Bitmap Heap Scan"} for n in nodes), plan
+    walks = [n for n in nodes if n.get("Index Name") == "pk_job_tags"]
+    assert walks, plan
+    assert all(n["Scan Direction"] == "Backward" for n in walks), plan
+    assert any(n["Node Type"] == "Nested Loop" for n in nodes), plan
+    assert {n.get("Index Name") for n in nodes} - {None} <= {"pk_job_tags", "pk_jobs"}, plan
     async with filled.connect() as conn:
-        rows = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7"]))
-    assert rows
+        rows = await list_jobs(conn, page)
+        expected = list(
+            await conn.scalars(
+                select(jobs.c.id)
+                .where(jobs.c.tags.contains(["batch=7"]))
+                .where(jobs.c.id < page.before_id if page.before_id else text("true"))
+                .order_by(jobs.c.id.desc())
+                .limit(page.limit + 1)
+            )
+        )
+    assert [row.id for row in rows] == expected
+    assert len(rows) == page.limit + 1
     assert all("batch=7" in row.tags for row in rows)
+
+
+async def test_a_tag_search_with_more_tags_checks_the_others_on_the_job(
+    filled: AsyncEngine,
+) -> None:
+    """The walk follows the first tag; another one is checked on the job's row."""
+    async with filled.connect() as conn:
+        rows = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7", "nope=1"]))
+        both = await list_jobs(conn, JobFilter(owner=None, tags=["batch=7", "batch=7"]))
+    assert rows == []
+    assert both
+    assert all("batch=7" in row.tags for row in both)
+
+
+async def test_a_bulk_walk_of_a_tag_reads_job_tags_forwards(filled: AsyncEngine) -> None:
+    """A bulk operation's tag filter across owners walks the tag's ``job_tags`` rows in
+    the other direction (oldest first, after its ``after_id``): no sort, no bitmap."""
+    page = JobFilter(owner=None, tags=["batch=7"])
+    async with filled.connect() as conn:
+        ordered = list(await conn.scalars(select(jobs.c.id).order_by(jobs.c.id)))
+    op = SimpleNamespace(after_id=ordered[20_000], through_id=ordered[-1])
+    query = filter_batch_query(page, op, limit=5)
+    async with filled.connect() as conn:
+        compiled = query.compile(conn.sync_engine, compile_kwargs={"literal_binds": True})
+        raw = (await conn.execute(text(f"EXPLAIN (FORMAT JSON) {compiled}"))).scalar_one()
+        rows = list(await conn.execute(query))
+        expected = list(
+            await conn.scalars(
+                select(jobs.c.id)
+                .where(jobs.c.tags.contains(["batch=7"]), jobs.c.id > op.after_id)
+                .order_by(jobs.c.id)
+                .limit(5)
+            )
+        )
+    nodes = list(_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]))
+    assert not any(n["Node Type"] in {"Sort", "Seq Scan", "Bitmap Heap Scan"} for n in nodes)
+    walks = [n for n in nodes if n.get("Index Name") == "pk_job_tags"]
+    assert walks, nodes
+    assert all(n["Scan Direction"] == "Forward" for n in walks), nodes
+    assert [row.id for row in rows] == expected
+    assert len(expected) == 5
 
 
 async def test_there_is_no_index_on_seq_alone(filled: AsyncEngine) -> None:

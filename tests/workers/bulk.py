@@ -37,6 +37,7 @@ SELECT 'bulk', 'atlas.noop', 1, '{}'::jsonb, 'failed', 'error', 3, 600,
 """``:n`` failed ``atlas.noop`` jobs, finished 1 to ``:n`` seconds ago: prunable."""
 
 BULK_UNRESOLVED = text("""
+WITH made AS (
 INSERT INTO jobs (owner, kind, kind_version, input, state, reason, max_attempts,
                   max_elapsed_seconds, attempt, charged_attempts, last_error, tags)
 SELECT 'owner-' || (g % 40), :kind, 1, '{}'::jsonb, 'unresolved', 'retries_exhausted', 3,
@@ -44,6 +45,10 @@ SELECT 'owner-' || (g % 40), :kind, 1, '{}'::jsonb, 'unresolved', 'retries_exhau
        '{"code": "destination_down", "message": "timed out", "retryable": true}'::jsonb,
        ARRAY[CAST(:tag AS text)]
   FROM generate_series(1, :n) AS g
+RETURNING id, tags
+)
+INSERT INTO job_tags (tag, job_id) SELECT unnest(tags), id FROM made
 """)
 """``:n`` unresolved jobs of ``:kind`` (version 1) over forty owners, tagged ``:tag``,
-their last error ``destination_down``: what a destination's outage leaves behind."""
+their last error ``destination_down``: what a destination's outage leaves behind (with
+their ``job_tags`` rows, as a creation writes them)."""

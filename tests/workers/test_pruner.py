@@ -100,6 +100,45 @@ async def test_prunes_exactly_the_finished_jobs_past_retention(
     assert await _present(engine, [old_available.id]) == {old_available.id}
 
 
+JOB_TAGS = text("SELECT job_id, tag FROM job_tags ORDER BY job_id, tag")
+ORPHAN_TAGS = text("""
+SELECT count(*) FROM job_tags AS t WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = t.job_id)
+""")
+
+
+async def test_pruning_deletes_the_jobs_tag_rows_and_only_theirs(
+    engine: AsyncEngine, clock: Clock, transitions: Transitions, jobs: JobFactory
+) -> None:
+    """A tagged job's ``job_tags`` rows (the tag search's side table, written by its
+    creation -- a replay's too, which copies the tags) go with the job in the pruner's
+    statement: no orphan row is left, and every row of a job that stays is kept."""
+    doomed = [
+        await jobs.make(JobState.FAILED, tags=("batch=1", "team=a")),
+        await jobs.make(JobState.CANCELED, tags=("batch=1",)),
+        await jobs.make(JobState.FAILED),
+    ]
+    original = await jobs.make(JobState.FAILED, tags=("batch=2",))
+    async with engine.begin() as conn:
+        replay = await transitions.replay(conn, original.id, actor=OPERATOR)
+    assert replay.job is not None
+    live = await jobs.make(JobState.QUEUED, tags=("batch=1", "team=b"))
+    async with engine.connect() as conn:
+        before = {(row.job_id, row.tag) for row in await conn.execute(JOB_TAGS)}
+    assert (replay.job.id, "batch=2") in before  # the replay's creation wrote its rows
+    assert len(before) == 7
+    clock.advance(KEEP + 1)
+
+    report = await Pruner(engine, clock, keep_seconds=KEEP, batch_size=2).run_once()
+
+    assert report.pruned == 3  # the original stays: its replay points at it
+    async with engine.connect() as conn:
+        after = {(row.job_id, row.tag) for row in await conn.execute(JOB_TAGS)}
+        assert (await conn.execute(ORPHAN_TAGS)).scalar_one() == 0
+    kept = {original.id, replay.job.id, live.id}
+    assert after == {row for row in before if row[0] in kept}
+    assert not {row[0] for row in after} & {d.id for d in doomed}
+
+
 ORPHAN_HISTORY = text("""
 SELECT count(*) FROM job_history AS h WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = h.job_id)
 """)
@@ -264,11 +303,18 @@ def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 async def test_the_pruning_statement_walks_its_partial_index(engine: AsyncEngine) -> None:
     """Among many unfinished jobs, the pruner walks ix_jobs_prunable in order (live work
     is not in it) and stops at LIMIT: no sequential scan, no sort of every prunable row,
-    and the DELETE finds its rows by primary key."""
+    and the DELETE finds its rows by primary key -- the jobs' and their job_tags rows."""
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 20_000})
         await conn.execute(BULK_FINISHED, {"n": 2_000})
-        await conn.execute(text("ANALYZE jobs"))
+        # the live jobs' tags: job_tags is large, the doomed jobs' rows a few of it
+        await conn.execute(
+            text(
+                "INSERT INTO job_tags (tag, job_id)"
+                " SELECT 'batch=' || (seq % 100), id FROM jobs WHERE finished_at IS NULL"
+            )
+        )
+        await conn.execute(text("ANALYZE jobs, job_tags"))
     async with engine.connect() as conn:
         explained = (
             await conn.execute(
@@ -284,3 +330,4 @@ async def test_the_pruning_statement_walks_its_partial_index(engine: AsyncEngine
     [walk] = [n for n in scans if n.get("Index Name") == "ix_jobs_prunable"]
     assert walk["Node Type"] == "Index Scan", walk  # in finished_at order
     assert any(n.get("Index Name") == "pk_jobs" for n in nodes), nodes
+    assert any(n.get("Index Name") == "pk_job_tags" for n in nodes), nodes

@@ -2235,6 +2235,9 @@ created AS (
            'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
            i.data
       FROM input AS i
+), tagged AS (
+    INSERT INTO job_tags (tag, job_id)
+    SELECT DISTINCT t.tag, c.id FROM created AS c CROSS JOIN LATERAL unnest(c.tags) AS t(tag)
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at FROM created;
 
@@ -2374,6 +2377,9 @@ created AS (
            'new', CAST(:actor AS text), i.request_id, CAST(:note AS text),
            i.data
       FROM input AS i
+), tagged AS (
+    INSERT INTO job_tags (tag, job_id)
+    SELECT DISTINCT t.tag, c.id FROM created AS c CROSS JOIN LATERAL unnest(c.tags) AS t(tag)
 )
 SELECT created.id, created.kind, created.kind_version, created.state, created.reason, created.version, created.created_at, created.updated_at, created.finished_at, created.available_at, created.attempt, created.max_attempts, created.lease_expires_at, created.heartbeat_at, created.last_error, created.error, created.cancel, created.wait_deadline_at, created.wait_on_deadline, created.plan_revision, created.current_stage, created.delivery_state, created.delivery_expires_at, created.result_files, created.result_destination, created.replay_of, created.run_at, created.start_by, created.owner, created.priority, created.concurrency_key, created.tags, created.observed_at, admission.unfinished AS admission_unfinished
   FROM admission LEFT JOIN created ON true;

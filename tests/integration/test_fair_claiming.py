@@ -196,6 +196,42 @@ async def test_an_operators_limit_of_a_key_holds_from_the_next_claim(
     assert len(await claim(engine, transitions, 10)) == 4
 
 
+KEY_DECLARATION = text("""
+SELECT declared_limit, max_running, declared_rate, rate FROM concurrency_keys WHERE key = :key
+""")
+
+
+async def test_a_key_an_operator_set_before_any_job_takes_the_first_jobs_declaration(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    async with engine.begin() as conn:
+        await scheduling_settings.set_key(
+            conn,
+            "press",
+            scheduling_settings.KeySetting(5, None, None),
+            actor="operator:o",
+            note=None,
+        )
+    await create(engine, transitions, [new("alice", key="press") for _ in range(6)])
+    async with engine.connect() as conn:
+        row = (await conn.execute(KEY_DECLARATION, {"key": "press"})).one()
+    assert tuple(row) == (2, 5, None, None)  # declared 2; the operator's 5 in force
+    assert len(await claim(engine, transitions, 10)) == 5
+    async with engine.begin() as conn:
+        await scheduling_settings.set_key(
+            conn,
+            "press",
+            scheduling_settings.KeySetting(None, None, None),
+            actor="operator:o",
+            note=None,
+        )
+    await create(engine, transitions, [new("alice", key="press")])  # declares nothing new
+    async with engine.connect() as conn:
+        row = (await conn.execute(KEY_DECLARATION, {"key": "press"})).one()
+    assert tuple(row) == (2, None, None, None)
+    assert await claim(engine, transitions, 10) == []  # five running, the declared limit 2
+
+
 async def test_a_start_rate_lets_its_starts_per_period_through(
     engine: AsyncEngine, transitions: Transitions
 ) -> None:

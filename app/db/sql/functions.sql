@@ -161,42 +161,100 @@ $function$;
 -- Trigger jobs_inserted: wakes the workers (atlas_work, one notification per queued kind)
 -- and counts the new unfinished jobs in owner_backlog on the connection's slot; adds the
 -- claim's lanes and the concurrency keys (with the limit and start rate the first job of
--- a key declared, the rate also in force) that its new jobs name. Last written by
--- revision 8a4c6e2f1b3d.
+-- a key declared, the rate also in force) that its new jobs name. ONE pass over the new
+-- rows groups them by lane (a batch has one lane or a few); every write reads the groups.
+-- A key that an operator set before any job named it takes the first declaration.
+-- Last written by revision 4b7d9e1f3a25.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    owners text[];
+    kinds text[];
+    versions integer[];
+    keys text[];
+    unfinished bigint[];
+    queued boolean[];
+    limits integer[];
+    rates integer[];
+    periods double precision[];
 BEGIN
-    PERFORM pg_notify('atlas_work', kind)
-       FROM (SELECT DISTINCT kind FROM new_rows WHERE state = 'queued') AS kinds;
+    SELECT array_agg(g.owner ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.kind ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.kind_version ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.concurrency_key ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.unfinished ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.queued ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.concurrency_limit ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.concurrency_rate ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key)
+      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods
+      FROM (SELECT n.owner, n.kind, n.kind_version, n.concurrency_key,
+                   count(*) FILTER (WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')) AS unfinished,
+                   bool_or(n.state = 'queued') AS queued,
+                   (array_agg(n.concurrency_limit))[1] AS concurrency_limit,
+                   (array_agg(n.concurrency_rate))[1] AS concurrency_rate,
+                   (array_agg(n.concurrency_period_seconds))[1] AS concurrency_period_seconds
+              FROM new_rows AS n
+             GROUP BY 1, 2, 3, 4) AS g;
+    PERFORM pg_notify('atlas_work', k.kind)
+       FROM (SELECT DISTINCT l.kind
+               FROM unnest(kinds, queued) AS l (kind, queued)
+              WHERE l.queued) AS k;
     INSERT INTO owner_backlog AS b (owner, slot, unfinished)
-    SELECT n.owner, (pg_backend_pid() & 15)::smallint, count(*)
-      FROM new_rows AS n
-     WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')
+    SELECT l.owner, (pg_backend_pid() & 15)::smallint, sum(l.unfinished)
+      FROM unnest(owners, unfinished) AS l (owner, unfinished)
      GROUP BY 1
+    HAVING sum(l.unfinished) > 0
      ORDER BY 1
     ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
     PERFORM pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || o.owner, 0))
-       FROM (SELECT DISTINCT owner FROM new_rows WHERE state = 'queued' ORDER BY 1) AS o;
+       FROM (SELECT DISTINCT l.owner
+               FROM unnest(owners, queued) AS l (owner, queued)
+              WHERE l.queued
+              ORDER BY 1) AS o;
     INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
-    SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
-           COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
-      FROM new_rows AS n
-     WHERE n.state = 'queued'
+    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key,
+           COALESCE((SELECT min(c.served) FROM claim_lanes AS c) - 1, 0)
+      FROM unnest(owners, kinds, versions, keys, queued)
+           AS l (owner, kind, kind_version, concurrency_key, queued)
+     WHERE l.queued
     ON CONFLICT DO NOTHING;
     INSERT INTO concurrency_keys (key, declared_limit, declared_rate, declared_period_seconds,
                                   rate, period_seconds)
-    SELECT DISTINCT ON (n.concurrency_key) n.concurrency_key, n.concurrency_limit,
-           n.concurrency_rate, n.concurrency_period_seconds,
-           n.concurrency_rate, n.concurrency_period_seconds
-      FROM new_rows AS n
-     WHERE n.concurrency_key <> ''
-     ORDER BY n.concurrency_key
+    SELECT DISTINCT ON (l.concurrency_key) l.concurrency_key, l.concurrency_limit,
+           l.concurrency_rate, l.concurrency_period_seconds,
+           l.concurrency_rate, l.concurrency_period_seconds
+      FROM unnest(keys, limits, rates, periods)
+           AS l (concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds)
+     WHERE l.concurrency_key <> ''
+     ORDER BY l.concurrency_key
     ON CONFLICT DO NOTHING;
+    -- A key an operator set before any job named it has no declared limit or rate yet:
+    -- the first jobs that name it declare them (the operator's own values stay in force).
+    -- Only such a key matches, so no other key's row is locked.
+    UPDATE concurrency_keys AS k
+       SET declared_limit = l.concurrency_limit,
+           declared_rate = l.concurrency_rate,
+           declared_period_seconds = l.concurrency_period_seconds,
+           rate = COALESCE(k.rate, l.concurrency_rate),
+           period_seconds = CASE WHEN k.rate IS NULL THEN l.concurrency_period_seconds
+                                 ELSE k.period_seconds END
+      FROM (SELECT DISTINCT ON (d.concurrency_key) d.concurrency_key, d.concurrency_limit,
+                   d.concurrency_rate, d.concurrency_period_seconds
+              FROM unnest(keys, limits, rates, periods)
+                   AS d (concurrency_key, concurrency_limit, concurrency_rate,
+                         concurrency_period_seconds)
+             WHERE d.concurrency_key <> ''
+               AND (d.concurrency_limit IS NOT NULL OR d.concurrency_rate IS NOT NULL)
+             ORDER BY d.concurrency_key) AS l
+     WHERE k.key = l.concurrency_key
+       AND k.declared_limit IS NULL AND k.declared_rate IS NULL;
     RETURN NULL;
 END
 $function$;
+
 -- name: atlas_jobs_updated
 -- Trigger jobs_updated, in one pass over the transition tables: owner_backlog deltas (one
 -- owner: one row by key; several: one upsert in owner order), the webhook outbox
@@ -206,7 +264,9 @@ $function$;
 -- key's row, under its lock, folding in the releases committed so far; a job leaving it
 -- (an end, an expired lease) is released on this connection's slot of
 -- concurrency_key_releases, never locking the key's row (which every claim of the key
--- needs). Last written by revision 7e2b4c6d8f10.
+-- needs). A statement whose keyed jobs share ONE key (a claim of one lane's key, a
+-- completer's group) writes that key's rows directly, without another pass over the
+-- transition tables. Last written by revision 4b7d9e1f3a25.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_updated()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -221,6 +281,11 @@ DECLARE
     delivers boolean;
     keyed_up boolean;
     keyed_down boolean;
+    up_key text;
+    ups integer;
+    up_starts integer;
+    down_key text;
+    downs integer;
     ignored boolean;
 BEGIN
     SELECT array_agg(n.id::text) FILTER (WHERE n.version <> o.version),
@@ -237,9 +302,23 @@ BEGIN
            bool_or(n.concurrency_key <> '' AND n.state IN ('running', 'cancel_requested')
                    AND o.state NOT IN ('running', 'cancel_requested')),
            bool_or(n.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
-                   AND n.state NOT IN ('running', 'cancel_requested'))
-      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed_up, keyed_down
-      FROM new_rows AS n FULL JOIN old_rows AS o ON o.id = n.id;
+                   AND n.state NOT IN ('running', 'cancel_requested')),
+           CASE WHEN min(n.concurrency_key) FILTER (WHERE u.up) = max(n.concurrency_key) FILTER (WHERE u.up)
+                THEN min(n.concurrency_key) FILTER (WHERE u.up) END,
+           count(*) FILTER (WHERE u.up),
+           count(*) FILTER (WHERE u.up AND n.state = 'running' AND o.state = 'queued'),
+           CASE WHEN min(n.concurrency_key) FILTER (WHERE u.down) = max(n.concurrency_key) FILTER (WHERE u.down)
+                THEN min(n.concurrency_key) FILTER (WHERE u.down) END,
+           count(*) FILTER (WHERE u.down)
+      INTO changed_ids, queued_kinds, counts, one_owner, one_delta, delivers, keyed_up, keyed_down,
+           up_key, ups, up_starts, down_key, downs
+      FROM new_rows AS n FULL JOIN old_rows AS o ON o.id = n.id
+     CROSS JOIN LATERAL (
+         SELECT n.concurrency_key <> '' AND n.state IN ('running', 'cancel_requested')
+                AND o.state NOT IN ('running', 'cancel_requested') AS up,
+                n.concurrency_key <> '' AND o.state IN ('running', 'cancel_requested')
+                AND n.state NOT IN ('running', 'cancel_requested') AS down
+     ) AS u;
     -- one_owner is NULL when the rows have several owners or one changed owner.
     IF counts THEN
         IF one_owner IS NOT NULL THEN
@@ -269,7 +348,20 @@ BEGIN
                SET unfinished = b.unfinished + EXCLUDED.unfinished;
         END IF;
     END IF;
-    IF keyed_up THEN
+    IF keyed_up AND up_key IS NOT NULL THEN
+        UPDATE concurrency_keys AS k
+           SET running = k.running + ups - GREATEST(COALESCE(r.released, 0) - k.folded, 0),
+               folded = GREATEST(COALESCE(r.released, 0), k.folded),
+               tokens = CASE WHEN k.rate IS NULL THEN NULL
+                             ELSE LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
+                                        * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
+                                        / k.period_seconds) - up_starts END,
+               refilled_at = CASE WHEN k.rate IS NULL THEN NULL ELSE now() END
+          FROM (SELECT sum(c.released) AS released
+                  FROM concurrency_key_releases AS c
+                 WHERE c.key = up_key) AS r
+         WHERE k.key = up_key;
+    ELSIF keyed_up THEN
         PERFORM 1
            FROM concurrency_keys AS k
           WHERE k.key IN (SELECT n.concurrency_key
@@ -299,7 +391,11 @@ BEGIN
                               WHERE c.key = d.key) AS r ON true
          WHERE k.key = d.key AND d.ups > 0;
     END IF;
-    IF keyed_down THEN
+    IF keyed_down AND down_key IS NOT NULL THEN
+        INSERT INTO concurrency_key_releases AS r (key, slot, released)
+        VALUES (down_key, (pg_backend_pid() & 15)::smallint, downs)
+        ON CONFLICT (key, slot) DO UPDATE SET released = r.released + EXCLUDED.released;
+    ELSIF keyed_down THEN
         INSERT INTO concurrency_key_releases AS r (key, slot, released)
         SELECT n.concurrency_key, (pg_backend_pid() & 15)::smallint, count(*)
           FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id

@@ -45,6 +45,7 @@ DECLARE
     limits integer[];
     rates integer[];
     periods double precision[];
+    keyed boolean;
 BEGIN
     SELECT array_agg(g.owner ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.kind ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
@@ -54,8 +55,9 @@ BEGIN
            array_agg(g.queued ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.concurrency_limit ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.concurrency_rate ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key)
-      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods
+           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           bool_or(g.concurrency_key <> '')
+      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods, keyed
       FROM (SELECT n.owner, n.kind, n.kind_version, n.concurrency_key,
                    count(*) FILTER (WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')) AS unfinished,
                    bool_or(n.state = 'queued') AS queued,
@@ -87,6 +89,9 @@ BEGIN
            AS l (owner, kind, kind_version, concurrency_key, queued)
      WHERE l.queued
     ON CONFLICT DO NOTHING;
+    IF NOT keyed THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO concurrency_keys (key, declared_limit, declared_rate, declared_period_seconds,
                                   rate, period_seconds)
     SELECT DISTINCT ON (l.concurrency_key) l.concurrency_key, l.concurrency_limit,

@@ -25,12 +25,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Boolean, Integer, TextualSelect, column, text
+from sqlalchemy import (
+    Boolean,
+    Dialect,
+    Integer,
+    Text,
+    TextualSelect,
+    TypeDecorator,
+    column,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
 from atlas_jobs._app.db.moves import selected_writes
-from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs
+from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs, lane_hash
 from atlas_jobs._app.fairness import DEFAULT_PRIORITY
 from atlas_jobs._app.lifecycle import (
     CANCEL_TOO_LATE,
@@ -169,8 +179,24 @@ def _status_columns(tagged: bool) -> tuple[Any, ...]:
     return JOB_STATUS_COLUMNS
 
 
+class _DriverTextArray(TypeDecorator[list[str]]):
+    """``text[]`` as the driver answers it: asyncpg already decodes it to a list of
+    ``str``, so the answer of a creation (one row per job) skips SQLAlchemy's per-row
+    array processing."""
+
+    impl = ARRAY(Text)
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+
+_CREATED_TAGS = column("tags", _DriverTextArray())
+
+
 def _created_columns(tagged: bool) -> tuple[Any, ...]:
-    return (*_status_columns(tagged), column("observed_at", TZ))
+    status = tuple(_CREATED_TAGS if c.name == "tags" else c for c in _status_columns(tagged))
+    return (*status, column("observed_at", TZ))
 
 
 def _returned(tagged: bool) -> str:
@@ -402,7 +428,8 @@ lanes AS MATERIALIZED (
                         WHERE k.key = l.concurrency_key
                           AND {KEY_RUNNING} < {_KEY_LIMIT} AND {_KEY_ROOM} > 0))
        AND EXISTS (SELECT 1 FROM jobs AS q
-                    WHERE q.owner = l.owner AND q.kind = l.kind
+                    WHERE {lane_hash("q")} = {lane_hash("l")}
+                      AND q.owner = l.owner AND q.kind = l.kind
                       AND q.kind_version = l.kind_version
                       AND q.concurrency_key = l.concurrency_key
                       AND q.state = '{JobState.QUEUED}' AND q.available_at <= {_NOW}
@@ -431,7 +458,8 @@ lanes AS MATERIALIZED (
      CROSS JOIN LATERAL (
         SELECT j.id, j.seq
           FROM jobs AS j
-         WHERE j.owner = o.owner
+         WHERE {lane_hash("j")} = {lane_hash("o")}
+           AND j.owner = o.owner
            AND j.kind = o.kind
            AND j.kind_version = o.kind_version
            AND j.concurrency_key = o.concurrency_key

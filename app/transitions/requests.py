@@ -430,9 +430,10 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
     }
 
 
-def _optional(values: list[_T]) -> list[_T] | None:
-    """A creation parameter array, or NULL when every element is NULL."""
-    return values if any(value is not None for value in values) else None
+def _optional(values: list[_T | None]) -> list[_T | None] | None:
+    """A creation parameter array, or NULL when every element is NULL (counted in C: a
+    batch checks fourteen optional fields of every job)."""
+    return None if values.count(None) == len(values) else values
 
 
 def _creation_data(new: NewJob) -> str | None:

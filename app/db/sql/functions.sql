@@ -162,7 +162,8 @@ $function$;
 -- and counts the new unfinished jobs in owner_backlog on the connection's slot; adds the
 -- claim's lanes and the concurrency keys (with the limit and start rate the first job of
 -- a key declared, the rate also in force) that its new jobs name. ONE pass over the new
--- rows groups them by lane (a batch has one lane or a few); every write reads the groups.
+-- rows groups them by lane (a batch has one lane or a few); every write reads the groups,
+-- and a creation that names no key writes no key.
 -- A key that an operator set before any job named it takes the first declaration.
 -- Last written by revision 4b7d9e1f3a25.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_inserted()
@@ -179,6 +180,7 @@ DECLARE
     limits integer[];
     rates integer[];
     periods double precision[];
+    keyed boolean;
 BEGIN
     SELECT array_agg(g.owner ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.kind ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
@@ -188,8 +190,9 @@ BEGIN
            array_agg(g.queued ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.concurrency_limit ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
            array_agg(g.concurrency_rate ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key)
-      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods
+           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
+           bool_or(g.concurrency_key <> '')
+      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods, keyed
       FROM (SELECT n.owner, n.kind, n.kind_version, n.concurrency_key,
                    count(*) FILTER (WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')) AS unfinished,
                    bool_or(n.state = 'queued') AS queued,
@@ -221,6 +224,9 @@ BEGIN
            AS l (owner, kind, kind_version, concurrency_key, queued)
      WHERE l.queued
     ON CONFLICT DO NOTHING;
+    IF NOT keyed THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO concurrency_keys (key, declared_limit, declared_rate, declared_period_seconds,
                                   rate, period_seconds)
     SELECT DISTINCT ON (l.concurrency_key) l.concurrency_key, l.concurrency_limit,
@@ -445,8 +451,9 @@ $function$;
 -- The sweeper's removal of empty claim lanes (up to up_to of them): a lane with no queued
 -- job is deleted only under its owner's lanes lock (try-only, exclusive), re-checked with
 -- a snapshot taken after the lock was granted, so a job queued meanwhile (the jobs
--- triggers hold the lock shared while they add its lane) never loses its lane. Written
--- by revision 5d1a9c3e7b20.
+-- triggers hold the lock shared while they add its lane) never loses its lane. Each probe
+-- walks ix_jobs_lanes by the lane's hash (app/db/schema.py lane_hash). Last written by
+-- revision 2c8e4a6f0b37.
 CREATE OR REPLACE FUNCTION public.atlas_prune_lanes(up_to integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -460,7 +467,9 @@ BEGIN
         SELECT l.owner, l.kind, l.kind_version, l.concurrency_key
           FROM claim_lanes AS l
          WHERE NOT EXISTS (SELECT 1 FROM jobs AS j
-                            WHERE j.owner = l.owner AND j.kind = l.kind
+                            WHERE hashtextextended(j.owner || '/' || j.kind || '/' || j.concurrency_key, j.kind_version)
+                                  = hashtextextended(l.owner || '/' || l.kind || '/' || l.concurrency_key, l.kind_version)
+                              AND j.owner = l.owner AND j.kind = l.kind
                               AND j.kind_version = l.kind_version
                               AND j.concurrency_key = l.concurrency_key
                               AND j.state = 'queued')
@@ -472,7 +481,9 @@ BEGIN
              WHERE (l.owner, l.kind, l.kind_version, l.concurrency_key)
                    = (lane.owner, lane.kind, lane.kind_version, lane.concurrency_key)
                AND NOT EXISTS (SELECT 1 FROM jobs AS j
-                                WHERE j.owner = l.owner AND j.kind = l.kind
+                                WHERE hashtextextended(j.owner || '/' || j.kind || '/' || j.concurrency_key, j.kind_version)
+                                      = hashtextextended(l.owner || '/' || l.kind || '/' || l.concurrency_key, l.kind_version)
+                                  AND j.owner = l.owner AND j.kind = l.kind
                                   AND j.kind_version = l.kind_version
                                   AND j.concurrency_key = l.concurrency_key
                                   AND j.state = 'queued');

@@ -170,19 +170,28 @@ def _waiting_phrase(waiting: Any, now: datetime) -> str | None:
     return str(message) if message else None
 
 
-def finished_without_files(result: Mapping[str, Any]) -> str:
+def finished_without_files(destination: str | None, receipt: Mapping[str, Any] | None) -> str:
     """The label of a succeeded job whose result has no files: where it was published
     and the destination's receipt ("Finished — published to press, receipt R-12"), or
-    "Finished (no files)"."""
+    "Finished (no files)" when it was not published (``destination`` ``None``).
+    ``receipt`` is the destination's answer as the result reference holds it; a listing's
+    row has only the status, which names the destination but not the receipt (``None``)."""
+    if destination is None:
+        return "Finished (no files)"
+    where = f"Finished — published to {destination}"
+    handle = next(
+        (str(receipt[k]) for k in ("id", "receipt", "reference") if receipt and receipt.get(k)),
+        None,
+    )
+    return f"{where}, receipt {handle}" if handle else where
+
+
+def _published_label(result: Mapping[str, Any]) -> str:
+    """The label of a result reference without files: its publication, if any."""
     publication = result.get("publication")
-    if isinstance(publication, Mapping):
-        receipt = publication.get("receipt") or {}
-        handle = next(
-            (str(receipt[k]) for k in ("id", "receipt", "reference") if receipt.get(k)), None
-        )
-        where = f"Finished — published to {publication.get('destination')}"
-        return f"{where}, receipt {handle}" if handle else where
-    return "Finished (no files)"
+    if not isinstance(publication, Mapping):
+        return finished_without_files(None, None)
+    return finished_without_files(publication.get("destination"), publication.get("receipt"))
 
 
 def attempt_line(status: Mapping[str, Any]) -> str:
@@ -253,12 +262,11 @@ def present(
             return Presentation("Finished; result expired", False)
         if delivery == "available":
             if result is not None and not result.get("files"):
-                return Presentation(finished_without_files(result), False)
+                return Presentation(_published_label(result), False)
             if result is None and published.get("files") == 0:
                 # A listing's row: the status says what the result holds, not its receipt.
-                where = published.get("destination")
-                reference = {"publication": {"destination": where}} if where else {}
-                return Presentation(finished_without_files(reference), False)
+                where = published.get("destination") or None
+                return Presentation(finished_without_files(where, None), False)
             return Presentation("Ready — download", True)
         return Presentation("Finished", False)
     if state == "failed":

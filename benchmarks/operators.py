@@ -5,7 +5,10 @@ resume cost.
     ``jobs`` filled (``INSERT ... SELECT generate_series``, time-ordered ids) with the
     mix an operator searches: forty owners, mostly succeeded, 2 % failed
     (``error.code`` ``cannot_build``), 0.33 % unresolved ``document.publish`` jobs (last
-    error ``destination_down``), every tenth job tagged ``batch=<n>`` (one of 100).
+    error ``destination_down``) -- but at least :data:`MIN_UNRESOLVED`, the oldest jobs
+    made up to it, so the runbook's filter has a next page at small sizes too (from
+    6,300 jobs up the mix is exactly the 0.33 %) -- every tenth job tagged ``batch=<n>``
+    (one of 100).
     Two databases, one of ``BENCH_SEARCH_SMALL`` jobs and one of ``BENCH_SEARCH_LARGE``,
     filled the same way and ``VACUUM ANALYZE``d; then one search page (20 jobs,
     ``reads.list_jobs``, the route's query) is read on each in turn,
@@ -52,28 +55,37 @@ INSERT INTO jobs (id, owner, kind, kind_version, input, state, reason, max_attem
                   max_elapsed_seconds, created_at, finished_at, attempt, charged_attempts,
                   last_error, error, delivery_state, result_ref, tags)
 SELECT atlas_uuid_v7(), 'owner-' || (g % 40),
-       CASE WHEN g % 300 = 0 THEN 'document.publish' ELSE 'atlas.noop' END, 1, '{}'::jsonb,
-       CASE WHEN g % 300 = 0 THEN 'unresolved' WHEN g % 50 = 0 THEN 'failed'
+       CASE WHEN unresolved THEN 'document.publish' ELSE 'atlas.noop' END, 1, '{}'::jsonb,
+       CASE WHEN unresolved THEN 'unresolved' WHEN g % 50 = 0 THEN 'failed'
             ELSE 'succeeded' END,
-       CASE WHEN g % 300 = 0 THEN 'retries_exhausted' WHEN g % 50 = 0 THEN 'error'
+       CASE WHEN unresolved THEN 'retries_exhausted' WHEN g % 50 = 0 THEN 'error'
             ELSE 'published' END,
        3, 600, now(),
-       CASE WHEN g % 300 = 0 THEN NULL ELSE now() END, 1, 1,
-       CASE WHEN g % 300 = 0
+       CASE WHEN unresolved THEN NULL ELSE now() END, 1, 1,
+       CASE WHEN unresolved
             THEN '{"code": "destination_down", "message": "timed out", "retryable": true}'::jsonb
        END,
-       CASE WHEN g % 300 <> 0 AND g % 50 = 0
+       CASE WHEN NOT unresolved AND g % 50 = 0
             THEN '{"code": "cannot_build", "message": "no", "retryable": false}'::jsonb
        END,
-       CASE WHEN g % 300 <> 0 AND g % 50 <> 0 THEN 'expired' ELSE 'none' END,
-       CASE WHEN g % 300 <> 0 AND g % 50 <> 0 THEN '{"files": []}'::jsonb END,
+       CASE WHEN NOT unresolved AND g % 50 <> 0 THEN 'expired' ELSE 'none' END,
+       CASE WHEN NOT unresolved AND g % 50 <> 0 THEN '{"files": []}'::jsonb END,
        CASE WHEN g % 10 = 0 THEN ARRAY['batch=' || (g / 10 % 100)] ELSE '{}'::text[] END
-  FROM generate_series(CAST(:start AS bigint), CAST(:stop AS bigint)) AS g
+  FROM (SELECT g, g % 300 = 0 OR g <= CAST(:extra_unresolved AS bigint) AS unresolved
+          FROM generate_series(CAST(:start AS bigint), CAST(:stop AS bigint)) AS g) AS s
 RETURNING id, tags
 )
 INSERT INTO job_tags (tag, job_id) SELECT unnest(tags), id FROM filled
 """)
 FILL_CHUNK = 100_000
+PAGE = reads.JobFilter(owner=None).limit
+"""A search page (the listing's default, 20 jobs)."""
+MIN_UNRESOLVED = PAGE + 1
+"""Unresolved jobs a search table holds at least: a full first page of the runbook's
+filter and a next page to read with its cursor. Below 6,300 jobs the 0.33 % (one job in
+300) falls short, and the oldest jobs are made unresolved up to it (``g`` 1 to 21 at
+most: never one of the failed, every 50th, nor of the tagged batch=7). Not two full
+pages: the default small size (10,000 jobs, 33 unresolved) would then change."""
 
 STUCK = text("""
 WITH stuck AS (
@@ -112,9 +124,17 @@ def log(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+def _extra_unresolved(size: int) -> int:
+    """How many of the oldest jobs are made unresolved beyond every 300th (see
+    :data:`MIN_UNRESOLVED`); 0 from 6,300 jobs up."""
+    return max(0, MIN_UNRESOLVED - size // 300)
+
+
 async def _fill(conn: AsyncConnection, start: int, stop: int) -> None:
+    extra = _extra_unresolved(stop)
     for first in range(start, stop + 1, FILL_CHUNK):
-        await conn.execute(SEARCH_FILL, {"start": first, "stop": min(first + FILL_CHUNK - 1, stop)})
+        last = min(first + FILL_CHUNK - 1, stop)
+        await conn.execute(SEARCH_FILL, {"start": first, "stop": last, "extra_unresolved": extra})
 
 
 def _pages() -> dict[str, reads.JobFilter]:
@@ -169,7 +189,7 @@ async def search(
                 owner=None,
                 states=["unresolved"],
                 kinds=["document.publish"],
-                before_id=rows[19].id,
+                before_id=rows[PAGE - 1].id,
             )
             for rows in first
         ]

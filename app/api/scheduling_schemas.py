@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, StrictInt
 
-from atlas_jobs._app.fairness import MAX_KEY_LIMIT, MAX_PERIOD_SECONDS, MAX_RATE, MAX_SHARE
-from atlas_jobs._app.services.schemas import StrictModel
+from atlas_jobs._app.fairness import MAX_KEY_LIMIT, MAX_SHARE
+from atlas_jobs._app.services.schemas import RateSet, StrictModel
 
 NOTE = Field(default=None, max_length=500, description="Why: recorded with the change.")
 
@@ -32,13 +32,6 @@ class OwnerSharePublic(BaseModel):
     share: int = Field(description="The owner's weight in the fair share (the default is 1).")
     updated_by: str = Field(description="The operator who set it.")
     updated_at: datetime = Field(description="When it was last set.")
-
-
-class RateSet(StrictModel):
-    """A start rate: at most `starts` jobs of the key start per `per_seconds`."""
-
-    starts: StrictInt = Field(ge=1, le=MAX_RATE, description="Starts allowed per period.")
-    per_seconds: float = Field(gt=0, le=MAX_PERIOD_SECONDS, description="The period, in seconds.")
 
 
 class KeySet(StrictModel):

@@ -314,6 +314,10 @@ LANES_VIEWED = 10_000
 # at most LANES_VIEWED) and every concurrency key with no room (at its limit, or out of
 # start tokens) -- for the API's view of why a queued job waits. Three reads of small
 # tables and the first entry of ix_jobs_claimable; never of the queued jobs themselves.
+# A key's running count (KEY_RUNNING: a sum over its release slots) is computed once per
+# key, in a LATERAL, and read as ``running`` and for ``at_limit``. Its ``OFFSET 0`` keeps
+# the planner from flattening the LATERAL, which would copy the subquery into every
+# reference (the output and the WHERE: three sums per key).
 _LANES_VIEW = text(f"""
 SELECT owner, kind, kind_version, concurrency_key, served
   FROM claim_lanes
@@ -326,13 +330,14 @@ SELECT key, limit_, running, rate, period_seconds, at_limit,
             THEN now() + make_interval(secs => (1 - tokens) * period_seconds / rate)
        END AS next_start_at
   FROM (SELECT k.key, COALESCE(k.max_running, k.declared_limit) AS limit_,
-               {KEY_RUNNING} AS running, k.rate, k.period_seconds,
-               {KEY_RUNNING} >= COALESCE(k.max_running, k.declared_limit, 2147483647)
+               r.running, k.rate, k.period_seconds,
+               r.running >= COALESCE(k.max_running, k.declared_limit, 2147483647)
                    AS at_limit,
                LEAST(k.rate::float8, COALESCE(k.tokens, k.rate) + k.rate
                      * extract(epoch FROM now() - COALESCE(k.refilled_at, now()))
                      / k.period_seconds) AS tokens
-          FROM concurrency_keys AS k) AS k
+          FROM concurrency_keys AS k
+         CROSS JOIN LATERAL (SELECT {KEY_RUNNING} AS running OFFSET 0) AS r) AS k
  WHERE at_limit OR tokens < 1
 """)
 

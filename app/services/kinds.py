@@ -26,7 +26,7 @@ from atlas_jobs._app.services.schemas import (
     KindPublic,
     KindsPublic,
     KindVersionPublic,
-    RatePublic,
+    RateSet,
 )
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
@@ -89,7 +89,7 @@ def concurrency_public(spec: KindSpec) -> ConcurrencyPublic | None:
     rate = (
         None
         if spec.concurrency_rate is None or spec.concurrency_period_seconds is None
-        else RatePublic(starts=spec.concurrency_rate, per_seconds=spec.concurrency_period_seconds)
+        else RateSet(starts=spec.concurrency_rate, per_seconds=spec.concurrency_period_seconds)
     )
     return ConcurrencyPublic(
         key=spec.concurrency_key,

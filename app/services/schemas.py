@@ -27,7 +27,14 @@ from pydantic import (
     model_serializer,
 )
 
-from atlas_jobs._app.fairness import DEFAULT_PRIORITY, JOB_KEY_PATTERN, MAX_PRIORITY, MIN_PRIORITY
+from atlas_jobs._app.fairness import (
+    DEFAULT_PRIORITY,
+    JOB_KEY_PATTERN,
+    MAX_PERIOD_SECONDS,
+    MAX_PRIORITY,
+    MAX_RATE,
+    MIN_PRIORITY,
+)
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.lifecycle import (
     DeliveryState,
@@ -772,11 +779,14 @@ class KindVersionPublic(BaseModel):
     )
 
 
-class RatePublic(BaseModel):
-    """A start rate: at most `starts` jobs of a key start per `per_seconds`."""
+class RateSet(StrictModel):
+    """A start rate: at most `starts` jobs of the key start per `per_seconds`."""
 
-    starts: int = Field(description="Starts allowed per period.")
-    per_seconds: float = Field(description="The period, in seconds.")
+    # One model for every rate: what an operator sets (``PUT /v1/scheduling/keys/{key}``,
+    # validated), what a key shows, and what a kind declares (``GET /v1/kinds``; a
+    # declared ``Rate`` has the same bounds, so building this from one never fails).
+    starts: StrictInt = Field(ge=1, le=MAX_RATE, description="Starts allowed per period.")
+    per_seconds: float = Field(gt=0, le=MAX_PERIOD_SECONDS, description="The period, in seconds.")
 
 
 class ConcurrencyPublic(BaseModel):
@@ -785,7 +795,7 @@ class ConcurrencyPublic(BaseModel):
 
     key: str = Field(description="The key its jobs share (a job's own key is `<key>/<named>`).")
     limit: int | None = Field(description="At most this many of the key's jobs run at once.")
-    rate: RatePublic | None = Field(description="The key's start rate (null: none).")
+    rate: RateSet | None = Field(description="The key's start rate (null: none).")
     per_job: bool = Field(description="Whether a job may name its own key (`concurrency_key`).")
 
 

@@ -30,6 +30,8 @@ TINY = {
     "BENCH_KIND_ROUNDS": "1",
     "BENCH_FAIR_SAMPLES": "5",
     "BENCH_FAIR_BACKLOG": "300",
+    "BENCH_SEARCH_SMALL": "2000",
+    "BENCH_SEARCH_LARGE": "6000",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
@@ -132,9 +134,10 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     # One goal row per ratio: four HTTP pairs, each search page and the bulk resume, the
     # kind API's drain and pickup, the keyed drain, the claim and the fair pickup, the hot
     # table, all three tables, two charts.
-    searches = [
-        n for n in report["results"]["operators"]["search"]["ratios"] if n != "primary_key_read"
-    ]
+    search = report["results"]["operators"]["search"]
+    assert (search["small"], search["large"]) == (2000, 6000)
+    assert search["p50_ms_small"]["unresolved_kind_next_page"] > 0  # a next page at 2,000
+    searches = [n for n in search["ratios"] if n != "primary_key_read"]
     assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 2 + 2 + 2
     for row in report["goals"]:
         assert row["ratio"] > 0

@@ -15,7 +15,6 @@ from atlas_jobs._app.api.scheduling_schemas import (
     KeySet,
     OwnerSharePublic,
     OwnerShareSet,
-    RateSet,
     SchedulingChangePublic,
     SchedulingChangesPublic,
     SchedulingPublic,
@@ -23,6 +22,7 @@ from atlas_jobs._app.api.scheduling_schemas import (
 from atlas_jobs._app.fairness import JOB_KEY_PATTERN
 from atlas_jobs._app.services import scheduling_settings
 from atlas_jobs._app.services.access import operator_actor
+from atlas_jobs._app.services.schemas import RateSet
 
 router = APIRouter(prefix="/v1/scheduling", tags=["scheduling"])
 

@@ -44,7 +44,7 @@ async def _plan(engine: AsyncEngine, page: JobFilter) -> dict[str, Any]:
 @pytest.fixture
 async def filled(engine: AsyncEngine) -> AsyncEngine:
     async with single_statements(engine).connect() as conn:
-        await conn.execute(SEARCH_FILL, {"start": 1, "stop": 60_000})
+        await conn.execute(SEARCH_FILL, {"start": 1, "stop": 60_000, "extra_unresolved": 0})
         await conn.execute(text("VACUUM ANALYZE jobs, job_tags"))
     return engine
 

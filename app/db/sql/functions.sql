@@ -160,103 +160,80 @@ $function$;
 -- name: atlas_jobs_inserted
 -- Trigger jobs_inserted: wakes the workers (atlas_work, one notification per queued kind)
 -- and counts the new unfinished jobs in owner_backlog on the connection's slot; adds the
--- claim's lanes and the concurrency keys (with the limit and start rate the first job of
--- a key declared, the rate also in force) that its new jobs name. ONE pass over the new
--- rows groups them by lane (a batch has one lane or a few); every write reads the groups,
--- and a creation that names no key writes no key.
--- A key that an operator set before any job named it takes the first declaration.
--- Last written by revision 4b7d9e1f3a25.
+-- claim's lanes of its queued jobs, under their owners' lanes locks held shared (taken in
+-- owner order before the lanes' insert, whose ON CONFLICT reads the lanes as committed by
+-- then: a lane the sweeper removed before a lock was granted is added again), and the
+-- concurrency keys its jobs name (with the limit and start rate the first job of a key
+-- declared, the rate also in force). A key an operator set before any job named it takes
+-- the declaration of the first jobs that name it (the operator's own values stay in
+-- force); only such a key's row is written, so no other key's row is locked. One pass
+-- over the new rows finds the kinds, the owners and whether any key is named: the
+-- notifications and locks are then calls, not statements, and a creation that names no
+-- key runs no statement for keys. Last written by revision 4b7d9e1f3a25.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    owners text[];
-    kinds text[];
-    versions integer[];
-    keys text[];
-    unfinished bigint[];
-    queued boolean[];
-    limits integer[];
-    rates integer[];
-    periods double precision[];
+    queued_kinds text[];
+    queued_owners text[];
     keyed boolean;
+    item text;
+    ignored boolean;
 BEGIN
-    SELECT array_agg(g.owner ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.kind ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.kind_version ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_key ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.unfinished ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.queued ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_limit ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_rate ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           array_agg(g.concurrency_period_seconds ORDER BY g.owner, g.kind, g.kind_version, g.concurrency_key),
-           bool_or(g.concurrency_key <> '')
-      INTO owners, kinds, versions, keys, unfinished, queued, limits, rates, periods, keyed
-      FROM (SELECT n.owner, n.kind, n.kind_version, n.concurrency_key,
-                   count(*) FILTER (WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')) AS unfinished,
-                   bool_or(n.state = 'queued') AS queued,
-                   (array_agg(n.concurrency_limit))[1] AS concurrency_limit,
-                   (array_agg(n.concurrency_rate))[1] AS concurrency_rate,
-                   (array_agg(n.concurrency_period_seconds))[1] AS concurrency_period_seconds
-              FROM new_rows AS n
-             GROUP BY 1, 2, 3, 4) AS g;
-    PERFORM pg_notify('atlas_work', k.kind)
-       FROM (SELECT DISTINCT l.kind
-               FROM unnest(kinds, queued) AS l (kind, queued)
-              WHERE l.queued) AS k;
+    SELECT array_agg(DISTINCT n.kind) FILTER (WHERE n.state = 'queued'),
+           array_agg(DISTINCT n.owner ORDER BY n.owner) FILTER (WHERE n.state = 'queued'),
+           bool_or(n.concurrency_key <> '')
+      INTO queued_kinds, queued_owners, keyed
+      FROM new_rows AS n;
+    FOREACH item IN ARRAY coalesce(queued_kinds, '{}') LOOP
+        ignored := pg_notify('atlas_work', item) IS NULL;
+    END LOOP;
     INSERT INTO owner_backlog AS b (owner, slot, unfinished)
-    SELECT l.owner, (pg_backend_pid() & 15)::smallint, sum(l.unfinished)
-      FROM unnest(owners, unfinished) AS l (owner, unfinished)
+    SELECT n.owner, (pg_backend_pid() & 15)::smallint, count(*)
+      FROM new_rows AS n
+     WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')
      GROUP BY 1
-    HAVING sum(l.unfinished) > 0
      ORDER BY 1
     ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
-    PERFORM pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || o.owner, 0))
-       FROM (SELECT DISTINCT l.owner
-               FROM unnest(owners, queued) AS l (owner, queued)
-              WHERE l.queued
-              ORDER BY 1) AS o;
-    INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
-    SELECT l.owner, l.kind, l.kind_version, l.concurrency_key,
-           COALESCE((SELECT min(c.served) FROM claim_lanes AS c) - 1, 0)
-      FROM unnest(owners, kinds, versions, keys, queued)
-           AS l (owner, kind, kind_version, concurrency_key, queued)
-     WHERE l.queued
-    ON CONFLICT DO NOTHING;
-    IF NOT keyed THEN
-        RETURN NULL;
+    IF queued_owners IS NOT NULL THEN
+        FOREACH item IN ARRAY queued_owners LOOP
+            ignored := pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || item, 0)) IS NULL;
+        END LOOP;
+        INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
+        SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
+               COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
+          FROM new_rows AS n
+         WHERE n.state = 'queued'
+        ON CONFLICT DO NOTHING;
     END IF;
-    INSERT INTO concurrency_keys (key, declared_limit, declared_rate, declared_period_seconds,
-                                  rate, period_seconds)
-    SELECT DISTINCT ON (l.concurrency_key) l.concurrency_key, l.concurrency_limit,
-           l.concurrency_rate, l.concurrency_period_seconds,
-           l.concurrency_rate, l.concurrency_period_seconds
-      FROM unnest(keys, limits, rates, periods)
-           AS l (concurrency_key, concurrency_limit, concurrency_rate, concurrency_period_seconds)
-     WHERE l.concurrency_key <> ''
-     ORDER BY l.concurrency_key
-    ON CONFLICT DO NOTHING;
-    -- A key an operator set before any job named it has no declared limit or rate yet:
-    -- the first jobs that name it declare them (the operator's own values stay in force).
-    -- Only such a key matches, so no other key's row is locked.
-    UPDATE concurrency_keys AS k
-       SET declared_limit = l.concurrency_limit,
-           declared_rate = l.concurrency_rate,
-           declared_period_seconds = l.concurrency_period_seconds,
-           rate = COALESCE(k.rate, l.concurrency_rate),
-           period_seconds = CASE WHEN k.rate IS NULL THEN l.concurrency_period_seconds
-                                 ELSE k.period_seconds END
-      FROM (SELECT DISTINCT ON (d.concurrency_key) d.concurrency_key, d.concurrency_limit,
-                   d.concurrency_rate, d.concurrency_period_seconds
-              FROM unnest(keys, limits, rates, periods)
-                   AS d (concurrency_key, concurrency_limit, concurrency_rate,
-                         concurrency_period_seconds)
-             WHERE d.concurrency_key <> ''
-               AND (d.concurrency_limit IS NOT NULL OR d.concurrency_rate IS NOT NULL)
-             ORDER BY d.concurrency_key) AS l
-     WHERE k.key = l.concurrency_key
-       AND k.declared_limit IS NULL AND k.declared_rate IS NULL;
+    IF keyed THEN
+        WITH named AS MATERIALIZED (
+            SELECT DISTINCT ON (n.concurrency_key) n.concurrency_key, n.concurrency_limit,
+                   n.concurrency_rate, n.concurrency_period_seconds
+              FROM new_rows AS n
+             WHERE n.concurrency_key <> ''
+             ORDER BY n.concurrency_key
+        ), added AS (
+            INSERT INTO concurrency_keys (key, declared_limit, declared_rate,
+                                          declared_period_seconds, rate, period_seconds)
+            SELECT d.concurrency_key, d.concurrency_limit, d.concurrency_rate,
+                   d.concurrency_period_seconds, d.concurrency_rate, d.concurrency_period_seconds
+              FROM named AS d
+            ON CONFLICT DO NOTHING
+        )
+        UPDATE concurrency_keys AS k
+           SET declared_limit = d.concurrency_limit,
+               declared_rate = d.concurrency_rate,
+               declared_period_seconds = d.concurrency_period_seconds,
+               rate = COALESCE(k.rate, d.concurrency_rate),
+               period_seconds = CASE WHEN k.rate IS NULL THEN d.concurrency_period_seconds
+                                     ELSE k.period_seconds END
+          FROM named AS d
+         WHERE k.key = d.concurrency_key
+           AND k.declared_limit IS NULL AND k.declared_rate IS NULL
+           AND (d.concurrency_limit IS NOT NULL OR d.concurrency_rate IS NOT NULL);
+    END IF;
     RETURN NULL;
 END
 $function$;

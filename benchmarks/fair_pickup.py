@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.fair_pickup``: on a throwaway database, a claimer loop claims
 batches of ``BENCH_FAIR_LIMIT`` (16) through the real claim statement, as fast as it
-can, the way a busy worker pool does. ``BENCH_FAIR_SAMPLES`` (50) times, a job of owner
+can, the way a busy worker pool does. ``BENCH_FAIR_SAMPLES`` (200) times, a job of owner
 ``small`` is created and the time until a claim returns it is recorded (its pickup).
 Twice: with an empty queue, and with ``BENCH_FAIR_BACKLOG`` (100,000) queued jobs of
 owner ``big`` (the run claims a few thousand of them: no top-up needed). Ratio: p99
@@ -105,7 +105,7 @@ async def run() -> dict[str, Any]:
     base = normalize_url(explicit) if explicit else resolve_database_url(Settings())
     return await measure(
         base,
-        samples=int(os.environ.get("BENCH_FAIR_SAMPLES", "50")),
+        samples=int(os.environ.get("BENCH_FAIR_SAMPLES", "200")),
         limit=int(os.environ.get("BENCH_FAIR_LIMIT", "16")),
         backlog=int(os.environ.get("BENCH_FAIR_BACKLOG", "100000")),
     )

@@ -70,7 +70,7 @@ Knobs (environment variables, defaults in brackets):
 - ``BENCH_CLAIM_SIZES`` [``1000,1000000``], ``BENCH_CLAIMS`` [200],
   ``BENCH_CLAIM_LIMIT`` [16], ``BENCH_CLAIM_OWNERS`` [1000]: the sizes above the smallest
   are spread over this many owners (lanes), the smallest is one owner's FIFO queue.
-- ``BENCH_FAIR_SAMPLES`` [50], ``BENCH_FAIR_BACKLOG`` [100000]: the claim section's fair
+- ``BENCH_FAIR_SAMPLES`` [200], ``BENCH_FAIR_BACKLOG`` [100000]: the claim section's fair
   pickup (:mod:`benchmarks.fair_pickup`): one owner's job picked up behind another
   owner's backlog of this size, against an empty queue, this many times each.
 - ``BENCH_CHURN_SIZES`` [``100000,1000000``], ``BENCH_CHURN_BATCH`` [1000] (jobs per
@@ -178,7 +178,7 @@ class Knobs:
     kind_latency_jobs: int
     kind_rounds: int
     keyed_jobs: int = 10000
-    fair_samples: int = 50
+    fair_samples: int = 200
     fair_backlog: int = 100_000
     charts_jobs: int = 1_000_000
     charts_history: int = 1_000_000
@@ -215,7 +215,7 @@ class Knobs:
             kind_latency_jobs=_int("BENCH_KIND_LATENCY_JOBS", 100),
             kind_rounds=_int("BENCH_KIND_ROUNDS", 2),
             keyed_jobs=_int("BENCH_KEYED_JOBS", _int("BENCH_KIND_JOBS", 10000)),
-            fair_samples=_int("BENCH_FAIR_SAMPLES", 50),
+            fair_samples=_int("BENCH_FAIR_SAMPLES", 200),
             fair_backlog=_int("BENCH_FAIR_BACKLOG", 100_000),
             charts_jobs=_int("BENCH_CHARTS_JOBS", 1_000_000),
             charts_history=_int("BENCH_CHARTS_HISTORY", 1_000_000),

@@ -58,7 +58,7 @@ bench: $(STAMP) ## The project's benchmarks (under 10 min): table + benchmarks/r
 	$(BIN)/python -m benchmarks.suite
 	$(BIN)/python -m benchmarks.cli_startup
 
-lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, bandit, OpenAPI drift
+lint: $(STAMP) ## ruff (check + format), mypy --strict, import contracts, bandit (OpenAPI drift: a test of `make test`)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

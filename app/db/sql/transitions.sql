@@ -2463,7 +2463,8 @@ WITH lanes AS MATERIALIZED (
                      / k.period_seconds))::integer
            END) > 0))
        AND EXISTS (SELECT 1 FROM jobs AS q
-                    WHERE q.owner = l.owner AND q.kind = l.kind
+                    WHERE hashtextextended((((q.owner || '/'::text) || q.kind) || '/'::text) || q.concurrency_key, q.kind_version::bigint) = hashtextextended((((l.owner || '/'::text) || l.kind) || '/'::text) || l.concurrency_key, l.kind_version::bigint)
+                      AND q.owner = l.owner AND q.kind = l.kind
                       AND q.kind_version = l.kind_version
                       AND q.concurrency_key = l.concurrency_key
                       AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
@@ -2500,7 +2501,8 @@ WITH lanes AS MATERIALIZED (
      CROSS JOIN LATERAL (
         SELECT j.id, j.seq
           FROM jobs AS j
-         WHERE j.owner = o.owner
+         WHERE hashtextextended((((j.owner || '/'::text) || j.kind) || '/'::text) || j.concurrency_key, j.kind_version::bigint) = hashtextextended((((o.owner || '/'::text) || o.kind) || '/'::text) || o.concurrency_key, o.kind_version::bigint)
+           AND j.owner = o.owner
            AND j.kind = o.kind
            AND j.kind_version = o.kind_version
            AND j.concurrency_key = o.concurrency_key
@@ -2593,7 +2595,8 @@ WITH lanes AS MATERIALIZED (
                      / k.period_seconds))::integer
            END) > 0))
        AND EXISTS (SELECT 1 FROM jobs AS q
-                    WHERE q.owner = l.owner AND q.kind = l.kind
+                    WHERE hashtextextended((((q.owner || '/'::text) || q.kind) || '/'::text) || q.concurrency_key, q.kind_version::bigint) = hashtextextended((((l.owner || '/'::text) || l.kind) || '/'::text) || l.concurrency_key, l.kind_version::bigint)
+                      AND q.owner = l.owner AND q.kind = l.kind
                       AND q.kind_version = l.kind_version
                       AND q.concurrency_key = l.concurrency_key
                       AND q.state = 'queued' AND q.available_at <= (now() + make_interval(secs => :clock_offset))
@@ -2630,7 +2633,8 @@ WITH lanes AS MATERIALIZED (
      CROSS JOIN LATERAL (
         SELECT j.id, j.seq
           FROM jobs AS j
-         WHERE j.owner = o.owner
+         WHERE hashtextextended((((j.owner || '/'::text) || j.kind) || '/'::text) || j.concurrency_key, j.kind_version::bigint) = hashtextextended((((o.owner || '/'::text) || o.kind) || '/'::text) || o.concurrency_key, o.kind_version::bigint)
+           AND j.owner = o.owner
            AND j.kind = o.kind
            AND j.kind_version = o.kind_version
            AND j.concurrency_key = o.concurrency_key

@@ -242,7 +242,7 @@ def lane_hash(alias: str | None) -> str:
 # jobs -- owner, kind@version, concurrency key -- highest priority first, then FIFO. The
 # lane is indexed as one bigint (``lane_hash``), not as its three text columns and its
 # version: every creation writes an entry, and a narrow fixed-width key is cheaper to
-# insert and to descend (docs/performance.md, "The lane index").
+# insert and to descend (docs/performance.md, "Figures behind the code").
 Index(
     "ix_jobs_lanes",
     text(lane_hash(None)),

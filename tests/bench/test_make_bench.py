@@ -32,12 +32,15 @@ TINY = {
     "BENCH_FAIR_BACKLOG": "300",
     "BENCH_SEARCH_SMALL": "2000",
     "BENCH_SEARCH_LARGE": "6000",
+    "BENCH_CHARTS_JOBS": "20000",
+    "BENCH_CHARTS_HISTORY": "20000",
+    "BENCH_CHARTS_RECENT": "2000",
+    "BENCH_CHARTS_REPEATS": "5",
+    "BENCH_BULK_JOBS": "300",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
 def _run_suite(
     pg_server: Server, tmp_path: Path, results_dir: Path, **knobs: str
 ) -> subprocess.CompletedProcess[str]:
@@ -63,6 +66,8 @@ def _run_suite(
     return done
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> None:
     results_dir = tmp_path / "results"
     done = _run_suite(pg_server, tmp_path, results_dir)
@@ -137,6 +142,10 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
     search = report["results"]["operators"]["search"]
     assert (search["small"], search["large"]) == (2000, 6000)
     assert search["p50_ms_small"]["unresolved_kind_next_page"] > 0  # a next page at 2,000
+    assert report["results"]["operators"]["bulk_resume"]["done"] == 300
+    charts = report["results"]["charts"]
+    assert (charts["jobs"], charts["repeats"]) == (20000, 5)
+    assert charts["history_rows"] >= 20000  # the filled rows and what the jobs wrote
     searches = [n for n in search["ratios"] if n != "primary_key_read"]
     assert len(report["goals"]) == 4 + len(searches) + 1 + 2 + 1 + 2 + 2 + 2
     for row in report["goals"]:

@@ -39,6 +39,7 @@ from atlas_jobs._app.api.search_schemas import CURSOR_PATTERN, JobSearch
 from atlas_jobs._app.api.sse import RETRY_MILLISECONDS, SEP
 from atlas_jobs._app.api.state import ApiState
 from atlas_jobs._app.lifecycle import (
+    ALL_REASONS,
     ALL_STATES,
     BulkAction,
 )
@@ -207,8 +208,8 @@ async def live(state: StateDep, viewer: CurrentViewer) -> Response:
 
 JOBS_SHOWN = 25
 MAX_BULK_FIELDS = JOBS_SHOWN + 40
-_FILTER_FIELDS = ("state", "kind", "owner", "tag", "error_code")
-_RANGE_FIELDS = ("created_after", "created_before")
+_FILTER_FIELDS = ("state", "kind", "owner", "tag", "reason", "error_code")
+_RANGE_FIELDS = ("created_after", "created_before", "finished_after", "finished_before")
 
 
 def search_of(pairs: Sequence[tuple[str, str]]) -> tuple[JobSearch, str]:
@@ -253,6 +254,7 @@ async def jobs_view(
         "search": search,
         "filter_query": query,
         "all_states": [s.value for s in ALL_STATES],
+        "all_reasons": [r.value for r in ALL_REASONS],
         "actions": [a.value for a in BulkAction],
         "older": (
             f"{query}&cursor={listing.next_cursor}".lstrip("&") if listing.next_cursor else None

@@ -1,12 +1,17 @@
 """Bulk operations over HTTP, run by the runner's ``run_once`` (the worker's part, in
 process): the lifecycle of the resource, its counts and skip reasons, dry runs, the
-history rows it leaves, roles and the kinds of a key's scope, cancel, ``Prefer: wait``
-and the event stream. Real worker processes (a kill -9 halfway, two operations at once)
-are in tests/workers/test_bulk_runner_processes.py."""
+history rows it leaves, roles and the kinds of a key's scope, cancel, a batch that fails,
+``Prefer: wait`` and the event stream (mid-run over a live API process). Real worker
+processes (a kill -9 halfway, two operations at once) are in
+tests/workers/test_bulk_runner_processes.py."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from atlas_jobs._app.apikeys import Role, create_key
 from atlas_jobs._app.transitions import Transitions
 from atlas_jobs._workers.bulk_runner import BulkRunner
+from tests.api.conftest import LiveApi
 from tests.api.support import Driver, Keys, parse_sse
 
 BUNDLE: dict[str, Any] = {
@@ -39,6 +45,17 @@ async def unresolved_jobs(
         await driver.unresolve(uuid.UUID(job["id"]))
         made.append(job["id"])
     return made
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
+    """The events of a streamed response, each as soon as it has arrived."""
+    buffer = ""
+    async for chunk in response.aiter_text():
+        buffer += chunk
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            for event in parse_sse(block + "\n\n"):
+                yield event
 
 
 async def start(client: httpx.AsyncClient, auth: dict[str, str], **body: Any) -> httpx.Response:
@@ -294,6 +311,133 @@ async def test_cancel_prefer_wait_and_events(
     assert '"succeeded"' in progress[-1]["data"]
     listed = (await client.get("/v1/bulk-operations", headers=keys.op)).json()
     assert [o["id"] for o in listed["items"]] == [op["id"], queued["id"]]
+
+
+async def test_a_held_read_and_the_stream_follow_a_running_operation_batch_by_batch(
+    live_api: LiveApi,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    """Mid-run, over real HTTP: the stream of a running operation shows each batch as it
+    commits -- a ``progress`` event, state ``running``, with the counts so far -- before
+    the one that ends it; a held read (``Prefer: wait``) begun while it runs is answered
+    as soon as its last batch ends it, well before its wait, with the final counts."""
+    async with httpx.AsyncClient(base_url=live_api.url, timeout=30) as http:
+        await unresolved_jobs(http, driver, keys.a, 3, "m=1")
+        op = (await start(http, keys.op, action="resume", filter={"tag": ["m=1"]})).json()
+        run = runner(engine, transitions, batch_size=2)  # 3 jobs: a batch of 2, then 1
+        async with engine.begin() as conn:
+            claimed = await run.batches.claim(conn)
+        assert claimed is not None
+        assert str(claimed.id) == op["id"]
+
+        async def held() -> tuple[httpx.Response, float]:
+            began = time.monotonic()
+            answer = await http.get(op["links"]["self"], headers={**keys.op, "Prefer": "wait=5"})
+            return answer, time.monotonic() - began
+
+        async with http.stream("GET", op["links"]["events"], headers=keys.op) as stream:
+            assert stream.status_code == 200
+            events = _events(stream)
+            claimed_event = await anext(events)
+            assert claimed_event["event"] == "progress"
+            assert json.loads(claimed_event["data"])["state"] == "running"
+            holding = asyncio.create_task(held())
+
+            async with engine.begin() as conn:
+                assert (await run.batches.run_batch(conn, claimed.id)).state == "running"
+            async with asyncio.timeout(10):
+                midway = await anext(events)
+            assert midway["event"] == "progress"
+            during = json.loads(midway["data"])
+            assert during["state"] == "running"
+            assert during["counts"]["matched"] == 2
+            assert during["counts"]["done"] == 2
+            assert during["finished_at"] is None
+            assert int(midway["id"]) > int(claimed_event["id"])
+            assert not holding.done()  # held until the operation ends
+
+            async with engine.begin() as conn:
+                assert (await run.batches.run_batch(conn, claimed.id)).state == "succeeded"
+            async with asyncio.timeout(10):
+                last = await anext(events)
+                assert [e async for e in events] == []  # the stream ends with it
+            assert json.loads(last["data"])["state"] == "succeeded"
+            assert json.loads(last["data"])["counts"]["done"] == 3
+
+        answer, took = await holding
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["Preference-Applied"] == "wait=5"
+        assert answer.json()["state"] == "succeeded"
+        assert answer.json()["counts"] == {
+            "matched": 3,
+            "done": 3,
+            "skipped": 0,
+            "skipped_by_reason": {},
+        }
+        assert took < 5
+
+
+async def test_a_batch_the_database_refuses_ends_the_operation_failed_earlier_batches_stand(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    driver: Driver,
+    engine: AsyncEngine,
+    transitions: Transitions,
+) -> None:
+    """A batch that raises (here the database refuses a job's update) is rolled back
+    whole and ends the operation ``failed`` with its error; the batches committed before
+    it stand, and a failed operation is not run again."""
+    stuck = sorted(await unresolved_jobs(client, driver, keys.a, 5, "f=1"), key=uuid.UUID)
+    refused = uuid.UUID(stuck[2])  # oldest first, 2 a batch: the second batch's first job
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                """
+                CREATE FUNCTION refuse_job() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    RAISE EXCEPTION 'job % refused', OLD.id;
+                END $$
+                """
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_job BEFORE UPDATE ON jobs FOR EACH ROW"
+                f" WHEN (OLD.id = '{refused}'::uuid) EXECUTE FUNCTION refuse_job()"
+            )
+        )
+    op = (
+        await start(client, keys.op, action="resume", filter={"tag": ["f=1"]}, note="retry")
+    ).json()
+
+    assert await runner(engine, transitions, batch_size=2).run_once() == 1  # then it failed
+    ended = (await client.get(op["links"]["self"], headers=keys.op)).json()
+    assert ended["state"] == "failed"
+    assert ended["error"]["code"] == "bulk_operation_failed"
+    assert ended["error"]["message"] == "DBAPIError"  # the exception's class: no SQL, no ids
+    assert ended["counts"] == {"matched": 2, "done": 2, "skipped": 0, "skipped_by_reason": {}}
+    assert ended["finished_at"] is not None
+    assert ended["links"]["cancel"] is None
+    for job_id in stuck[:2]:
+        status = (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()
+        assert (status["state"], status["reason"]) == ("queued", "resumed")
+        history = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.op)).json()
+        [resumed] = [i for i in history["items"] if i["transition"] == "resume"]
+        assert resumed["data"] == {"bulk_operation": op["id"]}
+    for job_id in stuck[2:]:  # the failed batch rolled back whole, the rest never ran
+        assert (await client.get(f"/v1/jobs/{job_id}", headers=keys.op)).json()[
+            "state"
+        ] == "unresolved"
+        history = (await client.get(f"/v1/jobs/{job_id}/history", headers=keys.op)).json()
+        assert "resume" not in [i["transition"] for i in history["items"]]
+    assert await runner(engine, transitions).run_once() == 0  # a failed one is not rerun
+    held = await client.get(op["links"]["self"], headers={**keys.op, "Prefer": "wait=5"})
+    assert held.json()["state"] == "failed"  # it has ended: answered at once
+    events = parse_sse((await client.get(op["links"]["events"], headers=keys.op)).text)
+    assert json.loads(events[-1]["data"])["state"] == "failed"
 
 
 async def test_a_running_operation_canceled_stops_before_its_next_batch(

@@ -12,7 +12,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from atlas_jobs._app.api.main import create_app
 from atlas_jobs._app.apikeys import Role, create_key
+from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.settings import Settings
 from tests.api.support import Driver, Keys
 
 
@@ -202,6 +205,51 @@ async def test_clients_search_only_their_own_and_reviewers_by_their_scope(
     async with engine.begin() as conn:
         viewer = await create_key(conn, owner="carol", roles=[Role.CLIENT])
     assert ids(await client.get("/v1/jobs", headers=Keys.header(viewer))) == []
+
+
+async def test_a_global_review_scope_lets_reviewers_search_every_owner(
+    api_settings: Settings, clock: Clock, keys: Keys, engine: AsyncEngine
+) -> None:
+    """With ``ATLAS_REVIEW_SCOPE=global`` a reviewer searches every owner's jobs, as an
+    operator does (an owner filter narrows it, the walk pages across owners); clients
+    still search only their own."""
+    async with engine.begin() as conn:
+        bobs_reviewer = await create_key(conn, owner="bob", roles=[Role.REVIEWER])
+        carol = await create_key(conn, owner="carol", roles=[Role.CLIENT])
+    app = create_app(api_settings.model_copy(update={"review_scope": "global"}), clock=clock)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        alices = (await make(client, keys.a, ["x=1"])).json()["id"]
+        bobs = (await make(client, keys.b, ["x=1"])).json()["id"]
+        carols = (await make(client, Keys.header(carol), ["x=2"])).json()["id"]
+
+        for reviewer in (keys.rev, Keys.header(bobs_reviewer)):  # alice's and bob's
+            assert ids(await client.get("/v1/jobs", headers=reviewer)) == [carols, bobs, alices]
+            assert ids(await client.get("/v1/jobs", params={"tag": "x=1"}, headers=reviewer)) == [
+                bobs,
+                alices,
+            ]
+            assert ids(
+                await client.get("/v1/jobs", params={"owner": ["carol", "alice"]}, headers=reviewer)
+            ) == [carols, alices]
+        seen: list[str] = []
+        cursor = None
+        while True:  # paging across owners, one job a page
+            params: dict[str, Any] = {"limit": 1, **({"cursor": cursor} if cursor else {})}
+            page = await client.get("/v1/jobs", params=params, headers=keys.rev)
+            seen += ids(page)
+            cursor = page.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == [carols, bobs, alices]
+
+        # clients keep their own, whatever the review scope
+        assert ids(await client.get("/v1/jobs", headers=keys.a)) == [alices]
+        other = await client.get("/v1/jobs", params={"owner": "bob"}, headers=keys.a)
+        assert other.status_code == 403
+        assert other.json()["type"].endswith("forbidden")
 
 
 async def test_paging_across_owners_is_stable_under_inserts(

@@ -4,11 +4,15 @@ pausing and resuming a kind from the page with the page's CSRF and origin checks
 
 from __future__ import annotations
 
+import html
 import re
+import uuid
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
@@ -204,3 +208,83 @@ async def test_the_jobs_of_every_owner_page_older_by_id_once_each(
         assert str(made[-1]) in first.text  # newest first
         refused = await http.get("/ui/ops/jobs", params={"state": "unresolved", "cursor": "c5"})
         assert refused.status_code == 422
+
+
+async def test_the_finished_range_and_reason_filters_narrow_the_jobs_of_every_owner(
+    app: FastAPI, keys: Keys, engine: AsyncEngine, jobs: JobFactory
+) -> None:
+    """The page filters as ``GET /v1/jobs`` does by reason and by when a job finished
+    (half-open ranges with a zone), shows the filter back in its form, carries it to the
+    bulk form, and refuses a bad one naming the field."""
+    old_failure = await jobs.make(JobState.FAILED, owner="alice")
+    new_failure = await jobs.make(JobState.FAILED, owner="bob")
+    published = await jobs.make(JobState.SUCCEEDED, owner="bob")
+    stuck = await jobs.make(JobState.UNRESOLVED, owner="alice")
+    queued = await jobs.make(JobState.QUEUED, owner="bob")
+    async with engine.begin() as conn:  # one job finished two days ago
+        await conn.execute(
+            text("UPDATE jobs SET finished_at = finished_at - interval '2 days' WHERE id = :id"),
+            {"id": old_failure.id},
+        )
+    now = datetime.now(UTC)
+    day_ago = (now - timedelta(days=1)).isoformat()
+    three_days_ago = (now - timedelta(days=3)).isoformat()
+    made = {old_failure.id, new_failure.id, published.id, stuck.id, queued.id}
+
+    async with browser(app) as http:
+        csrf = await log_in(http, keys.operator)
+
+        async def rows(*params: tuple[str, str]) -> set[uuid.UUID]:
+            listed = await http.get("/ui/ops/jobs", params=list(params))
+            assert listed.status_code == 200, listed.text
+            shown = {
+                uuid.UUID(found)
+                for found in re.findall(r'name="job_id" value="([0-9a-f-]{36})"', listed.text)
+            }
+            assert listed.text.count('data-testid="ops-job-row"') == len(shown)
+            return shown
+
+        assert await rows() == made
+        assert await rows(("finished_after", day_ago)) == {new_failure.id, published.id}
+        assert await rows(("finished_before", day_ago)) == {old_failure.id}
+        assert await rows(("finished_after", three_days_ago), ("finished_before", day_ago)) == {
+            old_failure.id
+        }
+        assert await rows(("reason", "retries_exhausted")) == {stuck.id}
+        assert await rows(("reason", "error")) == {old_failure.id, new_failure.id}
+        assert await rows(("reason", "error"), ("finished_after", day_ago)) == {new_failure.id}
+        assert await rows(("reason", "published"), ("owner", "alice")) == set()
+        assert await rows(("reason", ""), ("finished_after", "")) == made  # blank: no filter
+
+        shown = await http.get(
+            "/ui/ops/jobs", params={"reason": "error", "finished_after": day_ago}
+        )
+        assert '<option value="error" selected>error</option>' in shown.text
+        assert f'name="finished_after" value="{day_ago}"' in shown.text
+        kept = urlencode([("reason", "error"), ("finished_after", day_ago)])
+        assert f'name="filter" value="{html.escape(kept)}"' in shown.text
+        every = await http.post(  # the bulk form's "every job matching the filter"
+            "/ui/ops/bulk/preview",
+            data={"csrf_token": csrf, "filter": kept, "action": "replay", "selection": "filter"},
+            headers=SAME_ORIGIN,
+        )
+        assert every.status_code == 200, every.text
+        assert 'data-testid="bulk-matched">1</span>' in every.text
+        assert str(new_failure.id) in every.text
+        assert str(old_failure.id) not in every.text
+
+        for params, field in (
+            ({"reason": "whim"}, "reason"),
+            ({"finished_after": "yesterday"}, "finished_after"),
+            ({"finished_before": "2026-12-01T00:00:00"}, "finished_before"),  # no zone
+            (
+                {
+                    "finished_after": "2026-12-02T00:00:00Z",
+                    "finished_before": "2026-12-01T00:00:00Z",
+                },
+                "finished_before",
+            ),
+        ):
+            refused = await http.get("/ui/ops/jobs", params=params)
+            assert refused.status_code == 422, (params, refused.text)
+            assert field in refused.text, params

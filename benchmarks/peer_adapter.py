@@ -1,11 +1,13 @@
-"""Atlas Jobs adapter for the shared peer benchmark (``../shared/bench``, README
-"Adding a system" and "Measuring Atlas Jobs beside the peers").
+"""Atlas Jobs adapter for the shared peer harness (outside this repository, which runs
+PGQueuer, Procrastinate and pgbench on one PostgreSQL; its README says how an adapter is
+added, "Adding a system", and run, "Measuring Atlas Jobs beside the peers").
 
 It honours the harness's adapter CLI (``--database-url --jobs --concurrency --mode
 drain|enqueue|latency --batch-size --interval-ms --timeout``) and prints ONE JSON line on
-stdout; everything else goes to stderr. The three modes mirror ``peers/_common.py`` (the
-shared module cannot be imported here: it needs psycopg, which the project does not
-use), with the same timings, so the figures sit beside the peers' in one table.
+stdout; everything else goes to stderr. The three modes mirror the harness's
+``peers/_common.py`` (that module cannot be imported here: it needs psycopg, which the
+project does not use), with the same timings, so the figures sit beside the peers' in one
+table.
 
 Everything measured is the project's real code, nothing skipped:
 

@@ -1,9 +1,9 @@
 """Request headers the hottest routes (create, status read) read themselves.
 
 A header declared as a FastAPI parameter (``Header(...)``) is looked up and validated on
-every request by FastAPI's generic parameter solving (``request_params_to_args``), about
-a fifth of the API's profiled time per status read. A :class:`HeaderParam` does the same
-for one optional string header, in one place:
+every request by FastAPI's generic parameter solving (``request_params_to_args``), a
+large part of a status read's time (docs/performance.md, "Figures behind the code"). A
+:class:`HeaderParam` does the same for one optional string header, in one place:
 
 - :meth:`HeaderParam.read` takes the header from the request (any case of the name) and
   validates it with the same length bounds through a pydantic ``TypeAdapter``; a value

@@ -58,7 +58,8 @@ ON CONFLICT (minute, kind) DO UPDATE
 
 # roll_up_queue: the claimable queue per kind now, once a minute: it reads every queued
 # row (the partial index ix_jobs_claimable), so a pass skips it once the current minute
-# has a sample (a backlog of 1,000,000 costs about a second a minute, not every pass).
+# has a sample: a large backlog's read is paid once a minute, not every pass
+# (docs/performance.md, "Figures behind the code").
 ROLL_UP_QUEUE = text(f"""
 INSERT INTO job_activity AS a (minute, kind, queued, oldest_queued_seconds)
 SELECT date_trunc('minute', {NOW_SQL}), kind, count(*),

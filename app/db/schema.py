@@ -172,8 +172,9 @@ jobs = Table(
 # headers (ETag, Retry-After) are built from -- with ``observed_at``, the database time
 # of the read, which each statement adds. The status read and the creation statements
 # answer these, not the whole row: the input, the result reference, the lease's owner
-# and the budget's bookkeeping are nobody's business there (decoding the input and
-# result documents was half of the client's CPU in bulk creation).
+# and the budget's bookkeeping are nobody's business there, and decoding the input and
+# result documents would cost client CPU on every row (docs/performance.md, "Figures
+# behind the code").
 JOB_STATUS_COLUMNS = tuple(
     jobs.c[name]
     for name in (
@@ -260,15 +261,16 @@ Index(
 # Status listings: the caller's jobs, newest first, cursor on seq -- read backwards.
 # Ascending on purpose: seq only grows, so a new job's entry lands at the end of the
 # owner's range, where page splits keep pages full; descending, it lands on the range's
-# first page and splits leave half-empty pages behind (200,000 new jobs: 11.3 MiB
-# descending, 6.3 ascending; revision d3c4d5e6f7a8). The later versions of a job (its
+# first page and splits leave half-empty pages behind (revision d3c4d5e6f7a8; the sizes
+# in docs/performance.md, "Figures behind the code"). The later versions of a job (its
 # updates are not HOT) land mid-range either way, so under a steady churn the two sizes
 # are alike; the gain is in a backlog. Every version of every job has an entry here.
 Index("ix_jobs_owner_seq", jobs.c.owner, jobs.c.seq)
 # Search across owners (operators, reviewers with the global scope), newest first, has
 # no index of its own: job ids are UUIDv7 (time-ordered, atlas_jobs._app.ids), so it walks
 # ``pk_jobs`` backwards with a keyset on ``id`` (revision 6e2b4c8d0f13 dropped
-# ``ix_jobs_seq``: one more entry per job version, ~14 % of the drain's server time).
+# ``ix_jobs_seq``: one more entry per job version, which the drain paid for; its cost in
+# docs/performance.md, "Figures behind the code").
 # Search by the states an operator looks for, newest first by id. Partial: the drain's
 # states (queued, running, succeeded) are not in it, so claims and publications pay
 # nothing; a job enters it when it waits, needs attention or ends another way.

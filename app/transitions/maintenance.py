@@ -21,8 +21,6 @@ from atlas_jobs._app.lifecycle import (
 )
 from atlas_jobs._app.transitions.base import SYSTEM_REAPER, SYSTEM_SWEEPER, Service, error_doc
 
-_N = TransitionName
-
 LEASE_EXPIRED_ERROR = error_doc(
     "lease_expired", "the worker holding the job stopped heartbeating", retryable=True
 )
@@ -44,9 +42,9 @@ class MaintenanceMoves(Service):
             await conn.execute(LEASE_FACTS, {"job_ids": [job_id], **self.clock.bind()})
         ).first()
         if facts is None:
-            return Rejected(_N.RESCUE, RejectReason.NOT_FOUND)
+            return Rejected(TransitionName.RESCUE, RejectReason.NOT_FOUND)
         if JobState(facts.state) not in ACTIVE_STATES or not facts.lease_expired:
-            return Rejected(_N.RESCUE, RejectReason.ILLEGAL, JobState(facts.state))
+            return Rejected(TransitionName.RESCUE, RejectReason.ILLEGAL, JobState(facts.state))
         [outcome] = await self.rescue_locked(
             conn, [LeaseFacts.from_row(facts)], lambda _k, _a: backoff_seconds
         )
@@ -82,7 +80,10 @@ class MaintenanceMoves(Service):
             )
             (rescue if verdict is None else exhausted).append(step)
         found: dict[uuid.UUID, MoveResult] = {}
-        for name, steps in ((_N.RESCUE, rescue), (_N.RESCUE_EXHAUSTED, exhausted)):
+        for name, steps in (
+            (TransitionName.RESCUE, rescue),
+            (TransitionName.RESCUE_EXHAUSTED, exhausted),
+        ):
             results = await self.executor.apply(conn, TRANSITIONS[name], steps, actor=SYSTEM_REAPER)
             found.update({step.job_id: result for step, result in zip(steps, results, strict=True)})
         return [found[job.id] for job in expired]
@@ -100,7 +101,7 @@ class MaintenanceMoves(Service):
         row's id, state and version, not the whole job row."""
         return await self.executor.apply(
             conn,
-            TRANSITIONS[_N.EXPIRE_RESULT],
+            TRANSITIONS[TransitionName.EXPIRE_RESULT],
             [Step(job_id, note="result retention passed; files removed") for job_id in job_ids],
             actor=SYSTEM_SWEEPER,
             full_rows=full_rows,
@@ -120,7 +121,7 @@ class MaintenanceMoves(Service):
         escalate = {**DEADLINE_ERROR, "retryable": True}
         failed = await self.executor.apply(
             conn,
-            TRANSITIONS[_N.DEADLINE_FAIL],
+            TRANSITIONS[TransitionName.DEADLINE_FAIL],
             [Step(j, error=DEADLINE_ERROR, data={"error": DEADLINE_ERROR}) for j in job_ids],
             actor=SYSTEM_SWEEPER,
             explain_refusals=False,
@@ -128,14 +129,16 @@ class MaintenanceMoves(Service):
         rest = [j for j, r in zip(job_ids, failed, strict=True) if not isinstance(r, Applied)]
         escalated = await self.executor.apply(
             conn,
-            TRANSITIONS[_N.DEADLINE_ESCALATE],
+            TRANSITIONS[TransitionName.DEADLINE_ESCALATE],
             [Step(j, error=escalate, data={"error": DEADLINE_ERROR}) for j in rest],
             actor=SYSTEM_SWEEPER,
         )
         found: dict[uuid.UUID, MoveResult] = dict(zip(rest, escalated, strict=True))
         found.update({j: r for j, r in zip(job_ids, failed, strict=True) if isinstance(r, Applied)})
         return [
-            _renamed(found[j], _N.DEADLINE_FAIL) if not isinstance(found[j], Applied) else found[j]
+            _renamed(found[j], TransitionName.DEADLINE_FAIL)
+            if not isinstance(found[j], Applied)
+            else found[j]
             for j in job_ids
         ]
 
@@ -146,7 +149,7 @@ class MaintenanceMoves(Service):
         ``start_deadline_passed``, in one statement (no attempt was ever opened)."""
         return await self.executor.apply(
             conn,
-            TRANSITIONS[_N.MISS_START],
+            TRANSITIONS[TransitionName.MISS_START],
             [
                 Step(j, error=START_DEADLINE_ERROR, data={"error": START_DEADLINE_ERROR})
                 for j in job_ids

@@ -45,7 +45,6 @@ from atlas_jobs._app.transitions.base import (
     error_doc,
 )
 
-_N = TransitionName
 _T = TypeVar("_T")
 
 
@@ -62,7 +61,7 @@ class RequestMoves(Service):
         batch: Sequence[NewJob],
         *,
         actor: Actor,
-        transition: TransitionName = _N.CREATE,
+        transition: TransitionName = TransitionName.CREATE,
         note: str | None = None,
         admission_cap: int | None = None,
     ) -> list[Applied]:
@@ -114,7 +113,7 @@ class RequestMoves(Service):
         key = new.idempotency_key
         if key is None:
             raise ValueError("create_keyed needs new.idempotency_key")
-        check_actor(TRANSITIONS[_N.CREATE], actor)
+        check_actor(TRANSITIONS[TransitionName.CREATE], actor)
         job_id = new_id()
         job = _one_job(job_id, new)
         if not new.tags:
@@ -129,7 +128,7 @@ class RequestMoves(Service):
                     "admit_owner": new.owner,
                     "admit_cap": admission_cap,
                     **job,
-                    **self._move_params(_N.CREATE, actor, None),
+                    **self._move_params(TransitionName.CREATE, actor, None),
                     "actor_key": actor.key_id,  # CREATE_KEYED always records it
                 },
             )
@@ -137,7 +136,7 @@ class RequestMoves(Service):
         if not row.key_free:
             return KeyedRefusal.IN_FLIGHT
         if row.id is not None:
-            return Applied(_N.CREATE, None, JobState.QUEUED, row)
+            return Applied(TransitionName.CREATE, None, JobState.QUEUED, row)
         if admission_cap is not None and row.admission_unfinished + 1 > admission_cap:
             raise OwnerAtCapacity(int(row.admission_unfinished))
         return KeyedRefusal.STORED
@@ -161,9 +160,9 @@ class RequestMoves(Service):
             await conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())
         ).first()
         if old is None:
-            return Rejected(_N.REPLAY, RejectReason.NOT_FOUND)
+            return Rejected(TransitionName.REPLAY, RejectReason.NOT_FOUND)
         if JobState(old.state) not in TERMINAL_STATES:
-            return Rejected(_N.REPLAY, RejectReason.ILLEGAL, JobState(old.state), old)
+            return Rejected(TransitionName.REPLAY, RejectReason.ILLEGAL, JobState(old.state), old)
         new = NewJob(
             owner=old.owner,
             kind=old.kind,
@@ -180,7 +179,7 @@ class RequestMoves(Service):
             tags=tuple(old.tags),
         )
         [created] = await self.create_many(
-            conn, [new], actor=actor, transition=_N.REPLAY, note=note
+            conn, [new], actor=actor, transition=TransitionName.REPLAY, note=note
         )
         return created
 
@@ -205,7 +204,7 @@ class RequestMoves(Service):
         """
         outcome = await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.REQUEST_CANCEL],
+            TRANSITIONS[TransitionName.REQUEST_CANCEL],
             Step(job_id, event_id=request_id, note=note),
             actor=actor,
             owner=owner,
@@ -248,7 +247,7 @@ class RequestMoves(Service):
         which)."""
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.RESCHEDULE],
+            TRANSITIONS[TransitionName.RESCHEDULE],
             Step(
                 job_id,
                 at=run_at,
@@ -280,7 +279,11 @@ class RequestMoves(Service):
         """A reviewer approves a job waiting for review (any other wait is refused);
         ``owner`` scopes it to one owner's jobs."""
         return await self.executor.apply_one(
-            conn, TRANSITIONS[_N.APPROVE], Step(job_id, note=note), actor=actor, owner=owner
+            conn,
+            TRANSITIONS[TransitionName.APPROVE],
+            Step(job_id, note=note),
+            actor=actor,
+            owner=owner,
         )
 
     async def reject(
@@ -295,7 +298,7 @@ class RequestMoves(Service):
         error = error_doc("review_rejected", note or "rejected by a reviewer", retryable=False)
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.REJECT],
+            TRANSITIONS[TransitionName.REJECT],
             Step(job_id, error=error, note=note),
             actor=actor,
             owner=owner,
@@ -327,7 +330,7 @@ class RequestMoves(Service):
         """The awaited external event arrived: ``waiting`` (external) -> ``queued``."""
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.RECEIVE_EVENT],
+            TRANSITIONS[TransitionName.RECEIVE_EVENT],
             Step(job_id, event_id=event_id, data=data),
             actor=actor,
         )
@@ -344,7 +347,7 @@ class RequestMoves(Service):
     ) -> MoveResult:
         """Operator: ``unresolved`` -> ``queued`` with a fresh attempt budget."""
         return await self.executor.apply_one(
-            conn, TRANSITIONS[_N.RESUME], Step(job_id, note=note), actor=actor
+            conn, TRANSITIONS[TransitionName.RESUME], Step(job_id, note=note), actor=actor
         )
 
     async def operator_decide(
@@ -359,13 +362,16 @@ class RequestMoves(Service):
         """Operator: ``unresolved`` -> ``canceled`` or ``failed``."""
         if decision == "cancel":
             return await self.executor.apply_one(
-                conn, TRANSITIONS[_N.OPERATOR_CANCEL], Step(job_id, note=note), actor=actor
+                conn,
+                TRANSITIONS[TransitionName.OPERATOR_CANCEL],
+                Step(job_id, note=note),
+                actor=actor,
             )
         if decision == "fail":
             error = error_doc("operator_failed", note or "failed by an operator", retryable=False)
             return await self.executor.apply_one(
                 conn,
-                TRANSITIONS[_N.OPERATOR_FAIL],
+                TRANSITIONS[TransitionName.OPERATOR_FAIL],
                 Step(job_id, error=error, note=note),
                 actor=actor,
             )
@@ -456,7 +462,7 @@ def after_start_by(refused: Rejected) -> bool:
     still open: the new not-before was not before ``start_by`` -- the caller's
     mistake (422), not the job's state (409)."""
     return (
-        refused.transition == _N.RESCHEDULE
+        refused.transition == TransitionName.RESCHEDULE
         and refused.current == JobState.QUEUED
         and refused.job is not None
         and bool(getattr(refused.job, "start_open", False))

@@ -32,8 +32,6 @@ from atlas_jobs._app.transitions.base import Approver, SameHandsRefused, Service
 from atlas_jobs._app.transitions.maintenance import MaintenanceMoves
 from atlas_jobs._app.transitions.requests import RequestMoves
 
-_N = TransitionName
-
 
 @dataclass(frozen=True, slots=True)
 class SignalOutcome:
@@ -72,7 +70,9 @@ class WaitMoves(Service):
         a key that names no holder (who approves must be known to differ)."""
         locked = await self._lock(conn, job_id, owner)
         if locked is None:
-            return Rejected(_N.APPROVE if approve else _N.REJECT, RejectReason.NOT_FOUND)
+            return Rejected(
+                TransitionName.APPROVE if approve else TransitionName.REJECT, RejectReason.NOT_FOUND
+            )
         if (
             approve
             and four_eyes is not None
@@ -123,7 +123,7 @@ class WaitMoves(Service):
         event id answers the first outcome; a job not waiting for one is refused."""
         locked = await self._lock(conn, job_id, owner)
         if locked is None:
-            return Rejected(_N.RECEIVE_EVENT, RejectReason.NOT_FOUND)
+            return Rejected(TransitionName.RECEIVE_EVENT, RejectReason.NOT_FOUND)
         found = (await conn.execute(FIND_SIGNAL, {"job_id": job_id, "event_id": event_id})).first()
         if found is not None:
             return SignalOutcome(found, replayed=True)

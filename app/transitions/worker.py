@@ -33,8 +33,6 @@ from atlas_jobs._app.lifecycle import (
 )
 from atlas_jobs._app.transitions.base import Service
 
-_N = TransitionName
-
 
 class WorkerMoves(Service):
     # -- claiming -----------------------------------------------------------------------
@@ -96,7 +94,7 @@ class WorkerMoves(Service):
         steps = [Step(job_id, attempt_id=attempt_id) for job_id, attempt_id in held]
         results = await self.executor.apply(
             conn,
-            TRANSITIONS[_N.HEARTBEAT],
+            TRANSITIONS[TransitionName.HEARTBEAT],
             steps,
             actor=Actor(ActorKind.WORKER, "heartbeat"),
             full_rows=False,
@@ -124,7 +122,10 @@ class WorkerMoves(Service):
 
         A retried attempt keeps the existing plan (and its done counts)."""
         outcome = await self.executor.apply_one(
-            conn, TRANSITIONS[_N.DECLARE_PLAN], Step(job_id, attempt_id=attempt_id), actor=actor
+            conn,
+            TRANSITIONS[TransitionName.DECLARE_PLAN],
+            Step(job_id, attempt_id=attempt_id),
+            actor=actor,
         )
         if isinstance(outcome, Applied) and stages:
             await conn.execute(
@@ -157,7 +158,7 @@ class WorkerMoves(Service):
     ) -> MoveResult:
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.RECORD_PROGRESS],
+            TRANSITIONS[TransitionName.RECORD_PROGRESS],
             Step(job_id, attempt_id=attempt_id, stage=stage),
             actor=actor,
         )
@@ -220,16 +221,16 @@ class WorkerMoves(Service):
             # checked (a heartbeat-like beat that also extends the lease).
             beat = await self.executor.apply_one(
                 conn,
-                TRANSITIONS[_N.HEARTBEAT],
+                TRANSITIONS[TransitionName.HEARTBEAT],
                 Step(job_id, attempt_id=attempt_id),
                 actor=actor,
             )
             if isinstance(beat, Applied):
-                return Applied(_N.EXPAND_PLAN, beat.from_state, beat.to_state, beat.job)
-            return Rejected(_N.EXPAND_PLAN, beat.reason, beat.current, beat.job)
+                return Applied(TransitionName.EXPAND_PLAN, beat.from_state, beat.to_state, beat.job)
+            return Rejected(TransitionName.EXPAND_PLAN, beat.reason, beat.current, beat.job)
         outcome = await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.EXPAND_PLAN],
+            TRANSITIONS[TransitionName.EXPAND_PLAN],
             Step(
                 job_id,
                 attempt_id=attempt_id,
@@ -261,7 +262,7 @@ class WorkerMoves(Service):
     ) -> MoveResult:
         """Private outputs moved on (``partial_private`` -> ``staged_private``); staying
         put is fine, any other delivery move is refused as illegal."""
-        spec = TRANSITIONS[_N.STAGE_OUTPUT]
+        spec = TRANSITIONS[TransitionName.STAGE_OUTPUT]
         if delivery not in spec.delivery:
             raise ValueError(f"stage_output moves private outputs only, not to {delivery}")
         return await self.executor.apply_one(
@@ -315,7 +316,7 @@ class WorkerMoves(Service):
     ) -> MoveResult:
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.RETRY_LATER],
+            TRANSITIONS[TransitionName.RETRY_LATER],
             Step(
                 job_id,
                 attempt_id=attempt_id,
@@ -332,7 +333,7 @@ class WorkerMoves(Service):
         """Graceful shutdown: back to ``queued`` without charging the attempt."""
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.RELEASE],
+            TRANSITIONS[TransitionName.RELEASE],
             Step(job_id, attempt_id=attempt_id, note="worker shutting down; attempt not charged"),
             actor=actor,
         )
@@ -349,7 +350,7 @@ class WorkerMoves(Service):
     ) -> MoveResult:
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.GIVE_UP],
+            TRANSITIONS[TransitionName.GIVE_UP],
             Step(
                 job_id,
                 attempt_id=attempt_id,
@@ -375,7 +376,7 @@ class WorkerMoves(Service):
             raise ValueError("on_deadline must be 'fail' or 'escalate'")
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.WAIT],
+            TRANSITIONS[TransitionName.WAIT],
             Step(
                 job_id,
                 attempt_id=attempt_id,
@@ -391,7 +392,10 @@ class WorkerMoves(Service):
         self, conn: AsyncConnection, job_id: uuid.UUID, attempt_id: uuid.UUID, *, actor: Actor
     ) -> MoveResult:
         return await self.executor.apply_one(
-            conn, TRANSITIONS[_N.STOP_CANCELED], Step(job_id, attempt_id=attempt_id), actor=actor
+            conn,
+            TRANSITIONS[TransitionName.STOP_CANCELED],
+            Step(job_id, attempt_id=attempt_id),
+            actor=actor,
         )
 
     async def fail(
@@ -405,7 +409,7 @@ class WorkerMoves(Service):
     ) -> MoveResult:
         return await self.executor.apply_one(
             conn,
-            TRANSITIONS[_N.FAIL],
+            TRANSITIONS[TransitionName.FAIL],
             Step(job_id, attempt_id=attempt_id, error=error, data={"error": dict(error)}),
             actor=actor,
         )
@@ -469,7 +473,7 @@ class WorkerMoves(Service):
         ]
         return await self.executor.apply(
             conn,
-            TRANSITIONS[_N.PUBLISH],
+            TRANSITIONS[TransitionName.PUBLISH],
             steps,
             actor=actor,
             explain_refusals=explain_refusals,

@@ -1,6 +1,8 @@
 -- PGQueuer 1.6.0's drain, per batch of N (-D batch=N = its batch_size), as its worker sends
--- it (captured with log_statement=all from ../shared/bench/peers/pgqueuer_bench.py): the
--- dequeue (claim UPDATE + a 'picked' log row), then the completion (DELETE + a log row).
+-- it (captured with log_statement=all from peers/pgqueuer_bench.py of the shared peer
+-- harness -- outside this repository, which runs PGQueuer, Procrastinate and pgbench on
+-- one PostgreSQL): the dequeue (claim UPDATE + a 'picked' log row), then the completion
+-- (DELETE + a log row).
 -- Only the bind parameters are inlined; the final SELECT aggregates the ids (and reads the
 -- payload) instead of returning the rows.
 WITH

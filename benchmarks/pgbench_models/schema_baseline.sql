@@ -1,4 +1,6 @@
--- The shared harness's baseline table (../shared/bench/pgbench/schema.sql), same prefill.
+-- The baseline table of the shared peer harness (outside this repository, which runs
+-- PGQueuer, Procrastinate and pgbench on one PostgreSQL; there it is pgbench/schema.sql),
+-- same prefill.
 -- psql -v nrows=N -f schema_baseline.sql
 CREATE TABLE jobs (
     id      bigserial PRIMARY KEY,

@@ -1,7 +1,8 @@
 -- PGQueuer 1.6.0's queue and log tables as its own installer creates them (pg_dump
--- --schema-only of a database installed by ../shared/bench/peers/pgqueuer_bench.py),
--- its statement trigger, and a prefill written as its enqueue writes it (a queue row and
--- a 'queued' log row per job).  psql -v nrows=N -f schema_pgqueuer.sql
+-- --schema-only of a database installed by peers/pgqueuer_bench.py of the shared peer
+-- harness -- outside this repository, which runs PGQueuer, Procrastinate and pgbench on
+-- one PostgreSQL), its statement trigger, and a prefill written as its enqueue writes it
+-- (a queue row and a 'queued' log row per job).  psql -v nrows=N -f schema_pgqueuer.sql
 CREATE TYPE pgqueuer_status AS ENUM
     ('queued', 'picked', 'successful', 'exception', 'canceled', 'deleted', 'failed');
 

@@ -303,7 +303,7 @@ def list_jobs(
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
 ) -> None:
-    """Search jobs, newest first: id, owner, kind, state and label. Your own jobs;
+    """Search jobs, newest first: id, kind, state, label and tags. Your own jobs;
     operators every owner's (``--owner`` narrows it)."""
     filters = search_filters(
         state=state,

@@ -227,10 +227,27 @@ async def test_destination_down_past_the_budget_then_operator_resume(world: Star
     assert evidence["checks"] == 3
     assert evidence["last_error_class"]
 
+    assert stuck["last_error"]["code"] == "unreconciled"
+
+    # docs/operations.md, "a destination was down": the runbook's search finds the job
+    # across owners, and one bulk resume over the same filter brings it back
     await w.control(down=False)
+    runbook = {
+        "state": ["unresolved"],
+        "kind": ["document.publish"],
+        "reason": ["unreconciled"],
+        "created_after": stuck["created_at"],
+    }
     async with w.client(w.keys.operator) as http:
-        answer = await http.post(f"/v1/jobs/{job}/resume", json={"note": "press is back"})
-    assert answer.status_code == 202, answer.text
+        found = await http.get("/v1/jobs", params=runbook)
+        assert found.status_code == 200, found.text
+        assert [j["id"] for j in found.json()["items"]] == [job]  # alice's, found by ops
+        answer = await http.post(
+            "/v1/bulk-operations",
+            json={"action": "resume", "filter": runbook, "note": "press is back"},
+        )
+        assert answer.status_code == 202, answer.text
+        bulk = answer.json()
     final = await w.finished(job)
     assert final["state"] == "succeeded", w.logs()
     stats = await w.stats()
@@ -257,6 +274,14 @@ async def test_destination_down_past_the_budget_then_operator_resume(world: Star
     ], story
     [resumed] = entries(history, "resume")
     assert (resumed["actor"], resumed["note"]) == ("operator:ops", "press is back")
+    assert resumed["data"] == {"bulk_operation": bulk["id"]}
+    async with w.client(w.keys.operator) as http:
+        ended = (await http.get(bulk["links"]["self"], headers={"Prefer": "wait=30"})).json()
+    assert (ended["state"], ended["counts"]["matched"], ended["counts"]["done"]) == (
+        "succeeded",
+        1,
+        1,
+    )
 
     # atlas_external_operations_total counts what the history records, by destination
     # and outcome, and the verdict that sent the job to an operator (one worker did all).

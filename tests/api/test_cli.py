@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,10 +16,24 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.apikeys import Role, authenticate, create_key, open_session
+from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.schema import jobs
 from tests.api.conftest import LiveApi
 from tests.api.support import BUNDLE_INPUT, Driver
+from tests.api.test_waiting_reasons import NOOP, noop, register
+from tests.api.test_waiting_reasons import created as stored
 from tests.support import REPO, atlas_process, free_port
+
+
+async def held_by_its_key(url: str, key: str, job_id: str) -> None:
+    """Until the API's view of the keys (refreshed every few seconds) holds the job."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}) as http:
+        for _ in range(100):
+            waiting = (await http.get(f"/v1/jobs/{job_id}")).json()["waiting_for"]
+            if waiting is not None and waiting["reason"] == "concurrency":
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{job_id} is not held by its key: {waiting}")
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -65,6 +80,17 @@ async def test_keys_create_then_client_verbs_over_http(
     # (no worker process runs beside this API: the label says what holds the job)
     assert facts.stdout.splitlines()[0] == "Queued — no worker serves atlas.bundle@1"
     assert job_id in facts.stdout
+
+    # a job its concurrency key holds: a live worker serves atlas.noop, and the one slot
+    # of the key "press" is taken by the job claimed before it
+    await register(driver.engine, Clock())
+    await stored(driver.engine, driver.t, noop("carol", "press"))
+    held = await stored(driver.engine, driver.t, noop("carol", "press"))
+    async with driver.engine.begin() as conn:
+        await driver.t.claim(conn, worker_id="w-live", handlers=[NOOP], limit=5)
+    await held_by_its_key(live_api.url, key, held)
+    slot = cli("status", held, env=client_env)
+    assert slot.stdout.splitlines()[0] == "Queued — waiting for a slot in press (1 of 1 busy)"
 
     not_ready = cli("result", job_id, env=client_env)
     assert not_ready.returncode == 1

@@ -36,6 +36,8 @@ pytest.importorskip("playwright", reason="playwright is part of the dev extra")
 from playwright.async_api import async_playwright, expect
 
 SCREENSHOTS = REPO / ".atlas" / "ui-screenshots"
+"""Where every browser test keeps its screenshots after the run (docs/status-page.md,
+"Browser tests and their screenshots"): the checkout's, never a temporary folder."""
 WAIT_MS = 40_000
 NOTE = "mail relay down; resume when it answers"
 HELD_LINE = re.compile(r"^Oldest queued job, per kind: now atlas\.noop \d+ s$")

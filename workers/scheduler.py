@@ -250,6 +250,7 @@ def _new_job(row: Any, tick: datetime) -> NewJob:
         concurrency_limit=spec.concurrency_limit,
         concurrency_rate=spec.concurrency_rate,
         concurrency_period_seconds=spec.concurrency_period_seconds,
+        tags=tuple(row.job_tags),
         trigger={"schedule_id": str(row.id), "tick": tick.isoformat()},
         run_at=_after(tick, row.job_delay_seconds),
         start_by=_after(tick, row.job_start_within_seconds),

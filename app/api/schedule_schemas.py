@@ -88,7 +88,9 @@ class ScheduleChange(StrictModel):
         default=None, min_length=1, max_length=64, description=TIMEZONE_DESCRIPTION
     )
     job: JobCreate | SkipJsonSchema[None] = Field(
-        default=None, description="The job each tick creates."
+        default=None,
+        description="The job each tick creates: replaces the template whole, so a field "
+        "it leaves out (`tags` too) is dropped.",
     )
     enabled: StrictBool | SkipJsonSchema[None] = Field(
         default=None, description="Whether ticks fire."
@@ -142,6 +144,10 @@ class ScheduledJob(BaseModel):
     concurrency_key: str | None = Field(
         default=None, description="The concurrency key each created job names."
     )
+    tags: list[str] = Field(
+        default_factory=list,
+        description="The `key=value` tags each created job carries, sorted (never confidential).",
+    )
 
 
 class SchedulePublic(BaseModel):
@@ -153,7 +159,10 @@ class SchedulePublic(BaseModel):
     name: str | None = Field(description=NAME_DESCRIPTION)
     cron: str = Field(description=CRON_DESCRIPTION)
     timezone: str = Field(description=TIMEZONE_DESCRIPTION)
-    job: ScheduledJob = Field(description="What each tick creates: kind, input, notify.")
+    job: ScheduledJob = Field(
+        description="What each tick creates: kind, input, notify, timing, priority, "
+        "concurrency key and tags."
+    )
     enabled: bool = Field(description="Whether ticks fire.")
     misfire_policy: MisfirePolicy = Field(description=POLICY_DESCRIPTION)
     misfire_grace_seconds: int = Field(description=GRACE_DESCRIPTION)

@@ -46,6 +46,8 @@ class ScheduleSpec:
     priority: int | None = None
     concurrency_key: str | None = None
     """The key each job names (where its kind takes one), as the create body's."""
+    tags: tuple[str, ...] = ()
+    """The ``key=value`` tags each job carries, sorted (atlas_jobs._app.tags)."""
 
 
 async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
@@ -99,6 +101,7 @@ async def insert(
             job_start_within_seconds=spec.start_within_seconds,
             priority=spec.priority,
             concurrency_key=spec.concurrency_key,
+            job_tags=list(spec.tags),
             overlap=spec.overlap.value,
             enabled=spec.enabled,
             misfire_policy=spec.misfire_policy.value,

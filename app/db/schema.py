@@ -701,6 +701,9 @@ schedules = Table(
     # (NULL: none; where their kind takes one).
     Column("priority", SmallInteger),
     Column("concurrency_key", Text),
+    # The ``key=value`` tags each created job carries, sorted as ``jobs.tags`` (revision
+    # 829e19e3d198; '{}': none).
+    Column("job_tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("enabled", Boolean, nullable=False),
     Column("misfire_policy", Text, nullable=False),
     Column("misfire_grace_seconds", Integer, nullable=False),

@@ -22,7 +22,12 @@ from atlas_jobs._app.db import schedules as store
 from atlas_jobs._app.db.schedules import ScheduleSpec
 from atlas_jobs._app.scheduling import Cron, InvalidScheduleError, check_interval, parse
 from atlas_jobs._app.services.access import actor_for
-from atlas_jobs._app.services.creation import check_notify_target, concurrency_of, validated_input
+from atlas_jobs._app.services.creation import (
+    check_notify_target,
+    checked_tags,
+    concurrency_of,
+    validated_input,
+)
 from atlas_jobs._app.services.paging import Page, fetch_size, page_of
 from atlas_jobs._app.services.refusals import (
     InvalidRequest,
@@ -55,22 +60,25 @@ _JOB = ("body", "job")
 
 @dataclass(frozen=True, slots=True)
 class ScheduledKind:
-    """The validated kind, version and normalized input of a schedule's job."""
+    """The validated kind, version and normalized input of a schedule's job, and the
+    tags each of its jobs carries (sorted, as stored)."""
 
     kind: str
     kind_version: int
     input: dict[str, Any]
+    tags: tuple[str, ...] = ()
 
 
 def scheduled_kind(job: JobCreateBase) -> ScheduledKind:
     """A schedule's job, validated now so a tick never meets an input it cannot run:
     the kind and its input, the timing relative to each tick (:func:`check_tick_timing`),
-    and a concurrency key only for a kind that takes one (each refused naming the
-    field)."""
+    a concurrency key only for a kind that takes one, and the tags as a creation's (a
+    set: a repeat is refused), each refused naming the field."""
     spec, normalized = validated_input(job, _JOB)
     check_tick_timing(job)
     concurrency_of(spec, job.concurrency_key, _JOB)  # refused for a key it takes none of
-    return ScheduledKind(spec.name, spec.version, normalized)
+    tags = checked_tags(job, _JOB)
+    return ScheduledKind(spec.name, spec.version, normalized, tags)
 
 
 def check_tick_timing(job: JobCreateBase) -> None:
@@ -102,7 +110,8 @@ def check_tick_timing(job: JobCreateBase) -> None:
 
 def job_changes(job: JobCreateBase) -> dict[str, Any]:
     """The stored fields a new job of a schedule sets (column -> value), validated like a
-    creation's (:func:`scheduled_kind`)."""
+    creation's (:func:`scheduled_kind`): the whole template, so a field the new job
+    leaves out (tags too) is dropped."""
     found = scheduled_kind(job)
     return {
         "kind": found.kind,
@@ -113,6 +122,7 @@ def job_changes(job: JobCreateBase) -> dict[str, Any]:
         "job_start_within_seconds": job.start_within_seconds,
         "priority": job.priority,
         "concurrency_key": job.concurrency_key,
+        "job_tags": list(found.tags),
     }
 
 

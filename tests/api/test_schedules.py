@@ -217,6 +217,67 @@ async def test_a_schedules_jobs_notify_its_owners_endpoint(
     )
 
 
+async def test_a_schedules_jobs_carry_its_tags_and_a_new_job_replaces_them(
+    client: httpx.AsyncClient,
+    keys: Keys,
+    engine: AsyncEngine,
+    transitions: Transitions,
+    clock: Clock,
+) -> None:
+    """The template's tags were accepted and dropped: the schedule answered none and
+    its jobs carried none. Now the schedule keeps them (sorted, a set like a job's),
+    every job a tick creates carries them, and a PATCH with a new job replaces them."""
+    job = {"kind": "atlas.noop", "input": {}, "tags": ["team=data", "customer=acme"]}
+    repeated = await client.post(
+        "/v1/schedules",
+        json=body(job={**job, "tags": ["team=data", "team=data"]}),
+        headers=keys.a,
+    )
+    assert repeated.status_code == 422, repeated.text
+    assert repeated.json()["errors"][0]["loc"] == ["body", "job", "tags", "1"]
+    made = await client.post(
+        "/v1/schedules", json=body(cron="* * * * * */10", timezone="UTC", job=job), headers=keys.a
+    )
+    assert made.status_code == 201, made.text
+    schedule = made.json()
+    assert schedule["job"]["tags"] == ["customer=acme", "team=data"]
+    assert (await client.get(schedule["url"], headers=keys.a)).json() == schedule
+    paused = await client.patch(schedule["url"], json={"enabled": False}, headers=keys.a)
+    assert paused.json()["job"]["tags"] == ["customer=acme", "team=data"]  # kept
+    await client.patch(schedule["url"], json={"enabled": True}, headers=keys.a)
+
+    clock.advance(15)
+    assert await Scheduler(engine, transitions).run_once() >= 1
+    fire = (await client.get(schedule["url"] + "/fires", headers=keys.a)).json()["items"][0]
+    created = (await client.get(fire["job_url"], headers=keys.a)).json()
+    assert created["tags"] == ["customer=acme", "team=data"]
+    found = await client.get("/v1/jobs", params={"tag": "team=data"}, headers=keys.a)
+    assert created["id"] in [j["id"] for j in found.json()["items"]]
+
+    changed = await client.patch(
+        schedule["url"],
+        json={"job": {"kind": "atlas.noop", "input": {}, "tags": ["batch=nightly"]}},
+        headers=keys.a,
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["job"]["tags"] == ["batch=nightly"]
+    clock.advance(10)
+    assert await Scheduler(engine, transitions).run_once() >= 1
+    newest = (await client.get(schedule["url"] + "/fires", headers=keys.a)).json()["items"][0]
+    assert newest["tick"] > fire["tick"]
+    later = (await client.get(newest["job_url"], headers=keys.a)).json()
+    assert later["tags"] == ["batch=nightly"]
+    assert (await client.get(fire["job_url"], headers=keys.a)).json()["tags"] == [
+        "customer=acme",
+        "team=data",
+    ]  # a job keeps the tags it was created with
+
+    untagged = await client.patch(
+        schedule["url"], json={"job": {"kind": "atlas.noop", "input": {}}}, headers=keys.a
+    )
+    assert untagged.json()["job"]["tags"] == []
+
+
 async def test_the_queue_view_shows_schedules_with_their_next_tick_and_lateness(
     client: httpx.AsyncClient, keys: Keys, clock: Clock
 ) -> None:

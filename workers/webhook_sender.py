@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db import webhooks as store
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.logs import get_logger
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.webhooks import (
@@ -52,7 +53,7 @@ from atlas_jobs._workers.pinned_transport import PinnedTransport
 
 log = get_logger("atlas.worker.webhooks")
 
-RenderStatus = Callable[[Any, Sequence[Any]], Mapping[str, Any]]
+RenderStatus = Callable[[JobRow, Sequence[Any]], Mapping[str, Any]]
 """The job's status representation from its row and stage rows: the HTTP API's own
 (injected by the command that starts the worker, so workers do not import the API)."""
 

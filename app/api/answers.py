@@ -5,7 +5,6 @@ mapping, :func:`~atlas_jobs._app.api.errors.problem_of`)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from fastapi import Response
 
@@ -13,6 +12,7 @@ from atlas_jobs._app.lifecycle import JobState, is_terminal
 from atlas_jobs._app.services.actions import Moved
 from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import (
+    JobRow,
     due_at,
     etag,
     retry_after_seconds,
@@ -22,7 +22,7 @@ from atlas_jobs._app.services.views import (
 
 
 def status_headers(
-    job: Any, *, now: datetime | None = None, public: JobPublic | None = None
+    job: JobRow, *, now: datetime | None = None, public: JobPublic | None = None
 ) -> dict[str, str]:
     """ETag always; Retry-After while the job is not terminal (against ``now``, else the
     database time the row was read or written at). From the row, and from ``public``

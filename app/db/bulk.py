@@ -28,6 +28,7 @@ from atlas_jobs._app.db.reads import (
     walk_id,
     walks_by_id,
 )
+from atlas_jobs._app.db.records import JobRow, job_rows
 from atlas_jobs._app.db.schema import bulk_operations, jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import BulkOperationState
@@ -228,7 +229,7 @@ async def cancel(
 
 async def preview(
     conn: AsyncConnection, page: JobFilter, *, cap: int, sample: int
-) -> tuple[int, list[Row[Any]]]:
+) -> tuple[int, list[JobRow]]:
     """A dry run: how many jobs the filter selects (counted up to ``cap``) and the newest
     ``sample`` of them."""
     conditions = job_conditions(page)
@@ -242,7 +243,7 @@ async def preview(
         .order_by(*_walk_order(page, descending=True))
         .limit(sample)
     )
-    return count, list(rows.all())
+    return count, job_rows(list(rows.all()))
 
 
 def _walk_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any], ...]:
@@ -256,7 +257,7 @@ def _walk_order(page: JobFilter, *, descending: bool) -> tuple[ColumnElement[Any
 
 async def preview_ids(
     conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, sample: int
-) -> tuple[int, list[Row[Any]]]:
+) -> tuple[int, list[JobRow]]:
     """A dry run of an id list: how many of the ids name a job, and a sample of them."""
     count = int(await conn.scalar(select(func.count()).where(jobs.c.id.in_(list(job_ids)))) or 0)
     rows = await conn.execute(
@@ -265,7 +266,7 @@ async def preview_ids(
         .order_by(jobs.c.seq.desc())
         .limit(sample)
     )
-    return count, list(rows.all())
+    return count, job_rows(list(rows.all()))
 
 
 async def filter_batch(conn: AsyncConnection, page: JobFilter, op: Any, *, limit: int) -> list[Any]:
@@ -312,10 +313,10 @@ async def replayed(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> set[u
     return {row.replay_of for row in rows}
 
 
-async def lock_for_replay(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> list[Row[Any]]:
+async def lock_for_replay(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> list[JobRow]:
     """The jobs to replay, locked in id order (two replays of one job queue here, and
     the second then sees the first's new job)."""
     rows = await conn.execute(
         select(jobs).where(jobs.c.id.in_(list(job_ids))).order_by(jobs.c.id).with_for_update()
     )
-    return list(rows.all())
+    return job_rows(list(rows.all()))

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app import metrics
 from atlas_jobs._app.clock import NOW_SQL, Clock
+from atlas_jobs._app.db.records import JobRow, RefusedJobRow, job_row, refused_job_row
 from atlas_jobs._app.db.row_rules import sql_list
 from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
@@ -73,12 +74,13 @@ class RejectReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """The move happened; ``job`` is the row after it (the statement's ``RETURNING``)."""
+    """The move happened; ``job`` is the row after it (the statement's ``RETURNING``:
+    the whole row, or what a brief move or a creation answers -- see :class:`JobRow`)."""
 
     transition: str
     from_state: JobState | None
     to_state: JobState
-    job: Row[Any]
+    job: JobRow
 
     @property
     def ok(self) -> bool:
@@ -93,7 +95,7 @@ class Rejected:
     transition: str
     reason: RejectReason
     current: JobState | None = None
-    job: Row[Any] | None = field(default=None, compare=False, repr=False)
+    job: JobRow | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -567,10 +569,10 @@ class Executor:
         if again:
             moved |= await run(again)
         refused = [s.job_id for s in steps if s.job_id not in moved]
-        facts: dict[uuid.UUID, Row[Any]] = {}
+        facts: dict[uuid.UUID, RefusedJobRow] = {}
         if refused and explain_refusals:
             facts = {
-                row.id: row
+                row.id: refused_job_row(row)
                 for row in await conn.execute(_REFUSALS, {"job_ids": refused, **self.clock.bind()})
             }
         results: list[MoveResult] = []
@@ -578,7 +580,7 @@ class Executor:
             row = moved.get(step.job_id)
             if row is not None:
                 source = JobState(row.moved_from)
-                results.append(Applied(spec.name, source, JobState(row.state), row))
+                results.append(Applied(spec.name, source, JobState(row.state), job_row(row)))
             elif not explain_refusals:
                 results.append(Rejected(spec.name, RejectReason.STALE_ATTEMPT))
             else:
@@ -640,7 +642,9 @@ def check_actor(spec: Transition, actor: Actor) -> None:
         raise PermissionError(f"{spec.name} is not made by a {actor.kind}")
 
 
-def refusal(spec: Transition, step: Step, row: Row[Any] | None, *, owner: str | None) -> Rejected:
+def refusal(
+    spec: Transition, step: Step, row: RefusedJobRow | None, *, owner: str | None
+) -> Rejected:
     """Why ``step`` did not move, from the job's row as the refusal read found it: the
     same conditions as the statement's, in the order a caller can act on them."""
     if row is None or (owner is not None and row.owner != owner):
@@ -660,12 +664,15 @@ def refusal(spec: Transition, step: Step, row: Row[Any] | None, *, owner: str | 
     return Rejected(spec.name, RejectReason.STALE_ATTEMPT, current, row)
 
 
-def held_by(row: Row[Any], attempt_id: uuid.UUID) -> bool:
-    """Whether ``attempt_id`` still holds the job (refusal read facts)."""
+def held_by(row: JobRow, attempt_id: uuid.UUID) -> bool:
+    """Whether ``attempt_id`` still holds the job, from the refusal read's facts: ``row``
+    is the job of a :class:`Rejected` that :meth:`Executor.apply` classified (with its
+    refusals explained), which carries them."""
+    facts = cast("RefusedJobRow", row)
     return (
-        row.current_attempt_id == attempt_id
-        and bool(row.lease_live)
-        and JobState(row.state) in ACTIVE_STATES
+        facts.current_attempt_id == attempt_id
+        and bool(facts.lease_live)
+        and JobState(facts.state) in ACTIVE_STATES
     )
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
 from atlas_jobs._app.db.queries import KEY_RUNNING
+from atlas_jobs._app.db.records import JobRow, job_row, job_rows, maybe_job_row
 from atlas_jobs._app.db.schema import (
     JOB_STATUS_COLUMNS,
     api_keys,
@@ -54,7 +55,7 @@ async def get_job(
     *,
     owner: str | None,
     now: ColumnElement[datetime] | None = None,
-) -> Row[Any] | None:
+) -> JobRow | None:
     """One job row, or ``None`` when it does not exist or belongs to someone else.
 
     ``observed_at`` is the database time of the read (``now``: the caller's clock)."""
@@ -63,7 +64,7 @@ async def get_job(
     )
     if owner is not None:
         query = query.where(jobs.c.owner == owner)
-    return (await conn.execute(query)).first()
+    return maybe_job_row((await conn.execute(query)).first())
 
 
 # The status read's statement, built once (the hottest read: building a select and its
@@ -79,26 +80,26 @@ _OWNED_JOB_BY_ID = _JOB_BY_ID.where(jobs.c.owner == bindparam("owner"))
 
 async def get_job_now(
     conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock
-) -> Row[Any] | None:
+) -> JobRow | None:
     """The status columns (``JOB_STATUS_COLUMNS``) of :func:`get_job` with
-    ``now=clock.now()``, from a statement built once."""
+    ``now=clock.now()``, from a statement built once: read nothing else of it."""
     query = _JOB_BY_ID if owner is None else _OWNED_JOB_BY_ID
     params: dict[str, Any] = {"job_id": job_id, "clock_offset": clock.offset}
     if owner is not None:
         params["owner"] = owner
-    return (await conn.execute(query, params)).first()
+    return maybe_job_row((await conn.execute(query, params)).first())
 
 
 async def get_jobs(
     conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, now: ColumnElement[datetime]
-) -> list[Row[Any]]:
+) -> list[JobRow]:
     """Job rows by id, any owner (one query; ids that no longer exist are absent)."""
     if not job_ids:
         return []
     rows = await conn.execute(
         select(jobs, now.label("observed_at")).where(jobs.c.id.in_(list(job_ids)))
     )
-    return list(rows.all())
+    return job_rows(list(rows.all()))
 
 
 async def download_job(
@@ -108,7 +109,7 @@ async def download_job(
     owner: str,
     key_id: uuid.UUID,
     now: ColumnElement[datetime],
-) -> Row[Any] | None:
+) -> JobRow | None:
     """The owner's job for a signed download, or ``None`` when the API key that asked
     for the link has been revoked since (one query)."""
     live_key = (
@@ -116,13 +117,12 @@ async def download_job(
         .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
         .exists()
     )
-    return (
-        await conn.execute(
-            select(jobs, now.label("observed_at")).where(
-                jobs.c.id == job_id, jobs.c.owner == owner, live_key
-            )
+    found = await conn.execute(
+        select(jobs, now.label("observed_at")).where(
+            jobs.c.id == job_id, jobs.c.owner == owner, live_key
         )
-    ).first()
+    )
+    return maybe_job_row(found.first())
 
 
 async def get_version(conn: AsyncConnection, job_id: uuid.UUID) -> int | None:
@@ -234,7 +234,7 @@ async def job_states(
     return {r.id: (r.state, r.delivery_state) for r in rows}
 
 
-async def plan_stages(conn: AsyncConnection, job: Any) -> list[Row[Any]]:
+async def plan_stages(conn: AsyncConnection, job: JobRow) -> list[Row[Any]]:
     """A job row's stages in plan order; none are read before it has a plan."""
     return (await stages_for(conn, [job.id]))[job.id] if job.plan_revision else []
 
@@ -247,7 +247,7 @@ _STAGES_WITH_VERSION = (
 )
 
 
-async def plan_stages_of_version(conn: AsyncConnection, job: Any) -> list[Row[Any]] | None:
+async def plan_stages_of_version(conn: AsyncConnection, job: JobRow) -> list[Row[Any]] | None:
     """:func:`plan_stages`, or ``None`` when the job is no longer at ``job.version``.
 
     Outside one snapshot (autocommit, read committed) the stages are read by a statement
@@ -271,7 +271,7 @@ async def migration_heads(conn: AsyncConnection) -> set[str]:
 @dataclass(frozen=True, slots=True)
 class SeenKey:
     fingerprint: str
-    job: Row[Any] | None
+    job: JobRow | None
 
 
 async def idempotency_keys_seen(
@@ -293,7 +293,8 @@ async def idempotency_keys_seen(
         .where(idempotency_keys.c.owner == owner, idempotency_keys.c.key.in_(list(keys)))
     )
     return {
-        row.seen_key: SeenKey(row.fingerprint, row if row.id is not None else None) for row in rows
+        row.seen_key: SeenKey(row.fingerprint, job_row(row) if row.id is not None else None)
+        for row in rows
     }
 
 
@@ -508,7 +509,7 @@ def job_conditions(page: JobFilter) -> list[ColumnElement[bool]]:
 
 async def list_jobs(
     conn: AsyncConnection, page: JobFilter, *, now: ColumnElement[datetime] | None = None
-) -> list[Row[Any]]:
+) -> list[JobRow]:
     """The jobs a filter selects, newest first, keyset-paginated: one owner's on ``seq``
     (``before_seq``), across owners on ``id`` (``before_id``; :func:`walks_by_id`).
     Stable under inserts: a new job has a larger ``seq`` and a larger id (UUIDv7) than
@@ -520,7 +521,7 @@ async def list_jobs(
             page, select(jobs, (now if now is not None else func.now()).label("observed_at"))
         )
     )
-    return list(rows.all())
+    return job_rows(list(rows.all()))
 
 
 def listing_query(page: JobFilter, columns: Select[Any]) -> Select[Any]:

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.apikeys import Principal
 from atlas_jobs._app.clock import Clock
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.services.reading import public_status
 from atlas_jobs._app.services.refusals import FourEyesRefused, MoveRefused
@@ -41,7 +41,7 @@ class Moved:
     """A move that took effect: the row after it and its status body. ``replayed``: the
     same decision took effect before and nothing was recorded again."""
 
-    job: Row[Any]
+    job: JobRow
     public: JobPublic
     replayed: bool = False
 

@@ -49,6 +49,7 @@ from atlas_jobs._app.apikeys import Principal
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import queries, reads, webhooks
 from atlas_jobs._app.db.engine import AutocommitConnections
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.kinds import KINDS, KindSpec
 from atlas_jobs._app.services.access import submitter
 from atlas_jobs._app.services.admission import at_capacity, check_queue_age
@@ -74,10 +75,11 @@ from atlas_jobs._app.transitions import KeyedRefusal, NewJob, OwnerAtCapacity, T
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """One job of a creation: its row, its status body (read in the creation's
-    transaction) and whether it was replayed from a stored key."""
+    """One job of a creation: its row (the status columns of a created job, the whole
+    row of a replayed one), its status body (read in the creation's transaction) and
+    whether it was replayed from a stored key."""
 
-    job: Any
+    job: JobRow
     status: JobPublic
     replayed: bool
 
@@ -107,7 +109,7 @@ class _Prepared:
 
 @dataclass(frozen=True, slots=True)
 class _Written:
-    job: Any
+    job: JobRow
     replayed: bool
 
 

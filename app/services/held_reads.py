@@ -14,11 +14,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import Row
 
 from atlas_jobs._app.apikeys import Principal
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.lifecycle import JobState, is_terminal
 from atlas_jobs._app.services.access import visible_owner
 from atlas_jobs._app.services.feeds import FeedHub
@@ -33,7 +31,7 @@ from atlas_jobs._app.services.views import (
 )
 
 
-def _visible(snapshot: Snapshot | None, owner: str | None) -> Row[Any]:
+def _visible(snapshot: Snapshot | None, owner: str | None) -> JobRow:
     job = snapshot.visible_to(owner) if snapshot is not None else None
     if job is None:
         raise JobNotFound()
@@ -42,7 +40,7 @@ def _visible(snapshot: Snapshot | None, owner: str | None) -> Row[Any]:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    job: Row[Any]
+    job: JobRow
     status: JobPublic
     now: datetime | None  # the database time now, as the snapshot knows it
 

@@ -7,12 +7,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import one_snapshot
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.lifecycle import DeliveryState
 from atlas_jobs._app.services.actions import settled
 from atlas_jobs._app.services.reading import public_status
@@ -34,7 +34,7 @@ class JobPage:
     of the action asked on the page, if it was refused (then the status is the
     winner's)."""
 
-    job: Row[Any]
+    job: JobRow
     status: JobPublic
     history: list[HistoryItem]
     refused: MoveRefused | None = None
@@ -52,7 +52,7 @@ class ShownDetails:
 
 
 def shown_details(
-    job: Any, signer: DownloadSigner, *, key_id: uuid.UUID, owner: str
+    job: JobRow, signer: DownloadSigner, *, key_id: uuid.UUID, owner: str
 ) -> ShownDetails:
     """The details of ``job`` the viewer (key ``key_id`` of ``owner``) may see: signed
     links exactly when ``GET /v1/jobs/{id}/result`` would give them (relative URLs, so

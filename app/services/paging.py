@@ -16,9 +16,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from atlas_jobs._app.db.reads import JobFilter, walks_by_id
+from atlas_jobs._app.db.records import JobRow
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -116,7 +117,7 @@ class JobCursor:
             return replace(page, before_id=uuid.UUID(hex=cursor[len(self.by_id) :]))
         return replace(page, before_seq=int(cursor[len(self.by_seq) :]))
 
-    def after(self, page: JobFilter, found: Page[Any]) -> str | None:
+    def after(self, page: JobFilter, found: Page[JobRow]) -> str | None:
         """The cursor of the page after ``found`` (rows of ``page``), or ``None`` on the
         last page."""
         last = found.last

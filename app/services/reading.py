@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -14,6 +13,7 @@ from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
 from atlas_jobs._app.db.engine import Connects
 from atlas_jobs._app.db.reads import JobFilter as JobFilter  # what a listing asks for
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.services.paging import JOB_CURSOR, fetch_size, page_of
 from atlas_jobs._app.services.refusals import JobNotFound
 from atlas_jobs._app.services.schemas import HistoryItem, JobPublic
@@ -26,12 +26,12 @@ from atlas_jobs._app.services.views import (
 )
 
 
-async def public_status(conn: AsyncConnection, job: Any) -> JobPublic:
+async def public_status(conn: AsyncConnection, job: JobRow) -> JobPublic:
     """The status body of a job row; its stages are read only when it has a plan."""
     return job_status(job, await reads.plan_stages(conn, job))
 
 
-async def public_statuses(conn: AsyncConnection, rows: Sequence[Any]) -> list[JobPublic]:
+async def public_statuses(conn: AsyncConnection, rows: Sequence[JobRow]) -> list[JobPublic]:
     """The status bodies of many job rows; stages read once, for those with a plan."""
     planned = [row.id for row in rows if row.plan_revision]
     stages = await reads.stages_for(conn, planned) if planned else {}
@@ -40,11 +40,11 @@ async def public_statuses(conn: AsyncConnection, rows: Sequence[Any]) -> list[Jo
 
 async def read_status(
     conn: AsyncConnection, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
-) -> tuple[Any, JobPublic]:
+) -> tuple[JobRow, JobPublic]:
     """The job row and its status body; 404 for unknown *and* for not-yours."""
     now = (clock or Clock()).now()
 
-    async def read_job() -> Any:
+    async def read_job() -> JobRow | None:
         return await reads.get_job(conn, job_id, owner=owner, now=now)
 
     job = await read_job()
@@ -57,7 +57,7 @@ async def read_status(
 
 async def read_status_once(
     engine: AsyncEngine, job_id: uuid.UUID, *, owner: str | None, clock: Clock | None = None
-) -> tuple[Any, JobPublic]:
+) -> tuple[JobRow, JobPublic]:
     """Like :func:`read_status` on a short-lived connection (nothing held while waiting)."""
     async with engine.connect() as conn:
         return await read_status(conn, job_id, owner=owner, clock=clock)
@@ -70,13 +70,14 @@ async def read_status_unless_current(
     owner: str | None,
     clock: Clock,
     if_none_match: str | None,
-) -> tuple[Any, JobPublic | None]:
+) -> tuple[JobRow, JobPublic | None]:
     """Like :func:`read_status_once`, but with ``None`` for the body when
     ``If-None-Match`` names the row's version: a 304 needs no body, so its stages are
-    not read and nothing is built (one statement)."""
+    not read and nothing is built (one statement). The row holds the status columns
+    only (:func:`~atlas_jobs._app.db.reads.get_job_now`)."""
     async with connections.connect() as conn:
 
-        async def read_job() -> Any:
+        async def read_job() -> JobRow | None:
             return await reads.get_job_now(conn, job_id, owner=owner, clock=clock)
 
         job = await read_job()
@@ -94,11 +95,11 @@ changes far less often than three times within one status read."""
 
 async def _same_version_status(
     conn: AsyncConnection,
-    job: Any,
-    read_job: Callable[[], Awaitable[Any]],
+    job: JobRow,
+    read_job: Callable[[], Awaitable[JobRow | None]],
     *,
     if_none_match: str | None,
-) -> tuple[Any, JobPublic | None]:
+) -> tuple[JobRow, JobPublic | None]:
     """The status body of ``job`` from stages read at the same version of the job: when a
     change committed between the job's statement and the stages' (no snapshot spans them
     on an autocommit read), the job is read again. ``None`` for the body when the row
@@ -107,9 +108,10 @@ async def _same_version_status(
         stages = await reads.plan_stages_of_version(conn, job)
         if stages is not None:
             return job, job_status(job, stages)
-        job = await read_job()
-        if job is None:
+        again = await read_job()
+        if again is None:
             raise JobNotFound()
+        job = again
         if etag_matches(if_none_match, job.version, waiting_tag(waiting_for(job))):
             return job, None
     return job, await public_status(conn, job)

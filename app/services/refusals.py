@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sqlalchemy import Row
-
+    from atlas_jobs._app.db.records import JobRow
     from atlas_jobs._app.lifecycle import JobState
     from atlas_jobs._app.services.schemas import JobPublic
     from atlas_jobs._app.transitions import RejectReason
@@ -53,7 +52,7 @@ class MoveRefused(Refusal):
     transition: str
     reason: RejectReason
     current: JobState | None = None
-    job: Row[Any] | None = None
+    job: JobRow | None = None
     public: JobPublic | None = None
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db import reads
+from atlas_jobs._app.db.records import JobRow
 from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import job_status
 
@@ -33,7 +34,7 @@ class Snapshot:
     refresh; every history row with ``seq > history_floor`` is in ``history``."""
 
     serial: int
-    job: Row[Any] | None
+    job: JobRow | None
     stages: tuple[Row[Any], ...]
     status: JobPublic | None
     history: tuple[Row[Any], ...]
@@ -44,7 +45,7 @@ class Snapshot:
     def last_seq(self) -> int:
         return self.history[-1].seq if self.history else self.history_floor
 
-    def visible_to(self, owner: str | None) -> Row[Any] | None:
+    def visible_to(self, owner: str | None) -> JobRow | None:
         """The job row when ``owner`` may see it (``None``: an operator sees all)."""
         if self.job is None or (owner is not None and self.job.owner != owner):
             return None

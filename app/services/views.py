@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from atlas_jobs._app.db.records import JobRow as JobRow  # what the rows read here are
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.lifecycle import (
     ACTIVE_STATES,
@@ -61,7 +62,7 @@ def settled(state: JobState, delivery: DeliveryState) -> bool:
     return is_terminal(state) and delivery not in UNSETTLED
 
 
-def effective_delivery(job: Any) -> DeliveryState:
+def effective_delivery(job: JobRow) -> DeliveryState:
     """The delivery state as of the database time the row was read (``observed_at``):
     retention holds at the boundary, whether or not the sweeper has run yet."""
     delivery = DeliveryState(job.delivery_state)
@@ -82,7 +83,7 @@ does a queued job say it waits for its turn (``fair_share``) or for older jobs
 (``backlog``)."""
 
 
-def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
+def waiting_for(job: JobRow, now: datetime | None = None) -> dict[str, Any] | None:
     """What holds a queued job (``waiting_for``), from the row and this process's view of
     the paused kinds, the live workers and the claim's lanes and keys
     (:mod:`atlas_jobs._app.services.live_workers`): no query. ``None`` for a job that is
@@ -161,7 +162,7 @@ def waiting_for(job: Any, now: datetime | None = None) -> dict[str, Any] | None:
     }
 
 
-def _timing_hold(job: Any, now: datetime | None) -> dict[str, Any] | None:
+def _timing_hold(job: JobRow, now: datetime | None) -> dict[str, Any] | None:
     """A queued job held by time, as of ``now`` (else the database time the row was
     read, ``observed_at``; else this process's clock): a passed start deadline (it will
     never start: the claim refuses it, whether or not the sweeper has ended it yet),
@@ -193,7 +194,7 @@ def waiting_tag(waiting: Mapping[str, Any] | WaitingForPublic | None) -> str | N
     return str(WaitingReason(waiting["reason"]).value)
 
 
-def with_current_waiting(public: JobPublic, job: Any, at: datetime | None = None) -> JobPublic:
+def with_current_waiting(public: JobPublic, job: JobRow, at: datetime | None = None) -> JobPublic:
     """``public`` (built earlier: a feed's snapshot) with ``waiting_for`` as the live
     workers are now and as of the database time ``at`` (a ``run_at`` may have passed
     since) -- the same object when nothing changed."""
@@ -205,20 +206,20 @@ def with_current_waiting(public: JobPublic, job: Any, at: datetime | None = None
     )
 
 
-def status_document(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
+def status_document(job: JobRow, stages: Sequence[Any]) -> dict[str, Any]:
     """The status body as JSON data, exactly as ``GET /v1/jobs/{id}`` sends it (the
     webhook sender's body)."""
     return job_status(job, stages).model_dump(mode="json", by_alias=True)
 
 
-def job_status(job: Any, stages: Sequence[Any]) -> JobPublic:
+def job_status(job: JobRow, stages: Sequence[Any]) -> JobPublic:
     """The status body of docs/protocol.md §3.3 for one job row and its stage rows: ONE
     validation of :func:`status_fields`, cheaper than building each nested model on its
     own (docs/performance.md, "Figures behind the code")."""
     return JobPublic.model_validate(status_fields(job, stages))
 
 
-def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
+def status_fields(job: JobRow, stages: Sequence[Any]) -> dict[str, Any]:
     """The members of a job's status body (:class:`JobPublic`'s fields, nested objects as
     dicts) from its row and its stage rows, before validation."""
     state = JobState(job.state)
@@ -280,7 +281,7 @@ def status_fields(job: Any, stages: Sequence[Any]) -> dict[str, Any]:
 
 
 def result_files(
-    job: Any, signer: DownloadSigner, key_id: uuid.UUID, base_url: str
+    job: JobRow, signer: DownloadSigner, key_id: uuid.UUID, base_url: str
 ) -> list[ResultFile]:
     """The published files of a job row, each with a download URL signed for the key
     ``key_id`` (revoking the key revokes its links). Call only for an ``available``
@@ -302,7 +303,7 @@ def result_files(
     return files
 
 
-def result_publication(job: Any) -> PublicationPublic | None:
+def result_publication(job: JobRow) -> PublicationPublic | None:
     """Where a job's external publication lives (``result_ref.publication``, written by
     the kind's publish step), or ``None`` for a kind that publishes files only."""
     found = (job.result_ref or {}).get("publication")
@@ -337,13 +338,13 @@ def _trigger(data: Any) -> dict[str, Any] | None:
     return {"schedule_id": data["schedule_id"], "tick": data["tick"]}
 
 
-def next_attempt_at(job: Any) -> datetime | None:
+def next_attempt_at(job: JobRow) -> datetime | None:
     """When a job queued for a retry becomes claimable again (else ``None``)."""
     retrying = job.state == JobState.QUEUED.value and job.reason == Reason.RETRY.value
     return job.available_at if retrying else None
 
 
-def due_at(job: Any) -> datetime | None:
+def due_at(job: JobRow) -> datetime | None:
     """When a queued job becomes claimable, if that is ahead: a retry's backoff
     (``next_attempt_at``) or its ``run_at`` (for ``Retry-After``)."""
     retry = next_attempt_at(job)

@@ -28,6 +28,7 @@ from atlas_jobs._app.db.queries import (
     CREATE_KEYED_TAGGED,
     LATE_CANCEL,
 )
+from atlas_jobs._app.db.records import job_row, maybe_job_row
 from atlas_jobs._app.db.schema import jobs
 from atlas_jobs._app.ids import new_id
 from atlas_jobs._app.lifecycle import (
@@ -92,7 +93,9 @@ class RequestMoves(Service):
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
             raise OwnerAtCapacity(int(by_id[None].admission_unfinished))
-        return [Applied(transition, None, JobState.QUEUED, by_id[job_id]) for job_id in ids]
+        return [
+            Applied(transition, None, JobState.QUEUED, job_row(by_id[job_id])) for job_id in ids
+        ]
 
     async def create_keyed(
         self,
@@ -136,7 +139,7 @@ class RequestMoves(Service):
         if not row.key_free:
             return KeyedRefusal.IN_FLIGHT
         if row.id is not None:
-            return Applied(TransitionName.CREATE, None, JobState.QUEUED, row)
+            return Applied(TransitionName.CREATE, None, JobState.QUEUED, job_row(row))
         if admission_cap is not None and row.admission_unfinished + 1 > admission_cap:
             raise OwnerAtCapacity(int(row.admission_unfinished))
         return KeyedRefusal.STORED
@@ -156,9 +159,9 @@ class RequestMoves(Service):
         self, conn: AsyncConnection, job_id: uuid.UUID, *, actor: Actor, note: str | None = None
     ) -> MoveResult:
         """A terminal job runs again as a **new** job with ``replay_of`` set."""
-        old = (
-            await conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())
-        ).first()
+        old = maybe_job_row(
+            (await conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())).first()
+        )
         if old is None:
             return Rejected(TransitionName.REPLAY, RejectReason.NOT_FOUND)
         if JobState(old.state) not in TERMINAL_STATES:

@@ -32,6 +32,7 @@ from atlas_jobs._app.services.queue import queue_view
 from atlas_jobs._app.services.reading import JobFilter, list_jobs
 from atlas_jobs._app.services.refusals import JobNotFound, NotAllowed, Refusal
 from atlas_jobs._app.services.schemas import HistoryItem, JobCreateBase, JobPublic
+from atlas_jobs._app.services.views import JobRow
 from atlas_jobs._app.ui.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -279,7 +280,7 @@ async def jobs_table(
 
 def view_of(
     state: ApiState,
-    job: Any,
+    job: JobRow,
     status: JobPublic,
     history: Sequence[HistoryItem],
     viewer: Viewer,

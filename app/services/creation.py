@@ -26,7 +26,8 @@ The statements each shape costs (:func:`_plan`):
 * ONE job with a key, no ``notify`` and no queue-age check: steps 2-4 as ONE statement
   (``Transitions.create_keyed``: the key's lock, admission, the key row, then the job
   only if the key row was written), its own transaction; a stored key costs one more
-  statement, the read of step 3. Same outcomes as the steps;
+  statement, the read of step 3. Same outcomes as the steps (what it saves is in
+  docs/performance.md, "Figures behind the code");
 * anything else: the steps above in one transaction. The caller is answered after the
   commit: never a 202 without a durable job, and a batch is created whole or not at all.
 """

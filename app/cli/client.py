@@ -101,6 +101,18 @@ def _print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
+PriorityOption = Annotated[
+    int | None,
+    typer.Option(
+        help="0 (lowest) to 9 (highest), default 4: higher starts first among an owner's jobs."
+    ),
+]
+ConcurrencyKeyOption = Annotated[
+    str | None,
+    typer.Option(help="The concurrency key the job runs under (where its kind takes one)."),
+]
+
+
 def submit(
     kind: Annotated[str | None, typer.Option(help="Job kind, e.g. atlas.bundle.")] = None,
     input_json: Annotated[
@@ -136,6 +148,8 @@ def submit(
         list[str] | None,
         typer.Option("--tag", help="A key=value tag to find the job by (repeatable; not secret)."),
     ] = None,
+    priority: PriorityOption = None,
+    concurrency_key: ConcurrencyKeyOption = None,
     notify: Annotated[
         str | None,
         typer.Option(
@@ -150,8 +164,14 @@ def submit(
     Lines file (--from-file) and print their ids. A lost answer is repeated with the same
     Idempotency-Key, so it never creates a second job."""
     if from_file is not None:
-        if kind is not None or idempotency_key is not None or notify is not None:
-            _say("--from-file takes kinds and keys from the file")
+        per_job = (kind, idempotency_key, notify, run_at, delay, start_by, start_within)
+        if (
+            any(value is not None for value in per_job)
+            or tag
+            or priority is not None
+            or (concurrency_key is not None)
+        ):
+            _say("--from-file takes every job's fields from the file")
             raise typer.Exit(EXIT_USAGE)
         from atlas_jobs._app.cli.batchfile import submit_file
 
@@ -188,6 +208,8 @@ def submit(
             notify=notify,
             tags=tag or (),
             timing=timing,
+            priority=priority,
+            concurrency_key=concurrency_key,
         )
     if as_json:
         _print_json(created)

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from atlas_jobs._app.cli.client import JsonFlag, KeyOption, UrlOption, _connected
+from atlas_jobs._app.cli.client import (
+    ConcurrencyKeyOption,
+    JsonFlag,
+    KeyOption,
+    PriorityOption,
+    UrlOption,
+    _connected,
+)
 from atlas_jobs._app.cli.tables import print_table
 from atlas_jobs._app.client.address import DEFAULT_URL
 
@@ -69,6 +76,19 @@ def create(
     ] = None,
     disabled: Annotated[bool, typer.Option("--disabled", help="Create it paused.")] = False,
     owner: Annotated[str | None, typer.Option(help="Operators: for this owner.")] = None,
+    delay: Annotated[
+        int | None, typer.Option(min=0, help="Each job not before its tick plus N s.")
+    ] = None,
+    start_within: Annotated[
+        int | None,
+        typer.Option(min=1, help="Each job fails unless a worker starts it by its tick plus N s."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="A key=value tag every job carries (repeatable; not secret)."),
+    ] = None,
+    priority: PriorityOption = None,
+    concurrency_key: ConcurrencyKeyOption = None,
     raw: JsonFlag = False,
     url: UrlOption = DEFAULT_URL,
     api_key: KeyOption = None,
@@ -86,6 +106,14 @@ def create(
         "job": {"kind": kind, "input": parsed},
         "enabled": not disabled,
     }
+    job_fields = (
+        ("delay_seconds", delay),
+        ("start_within_seconds", start_within),
+        ("tags", tag or None),
+        ("priority", priority),
+        ("concurrency_key", concurrency_key),
+    )
+    body["job"].update((field, value) for field, value in job_fields if value is not None)
     if name is not None:
         body["name"] = name
     if owner is not None:

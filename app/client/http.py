@@ -197,15 +197,22 @@ class JobsClient:
         attempts: int = SUBMIT_ATTEMPTS,
         timing: Mapping[str, Any] | None = None,
         tags: Sequence[str] = (),
+        priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> dict[str, Any]:
         """Create a job (``202``); every retry sends the same ``Idempotency-Key``.
         ``notify``: one of the owner's webhook endpoints, called when the job ends.
         ``timing``: any of ``run_at``, ``delay_seconds``, ``start_by``,
-        ``start_within_seconds``."""
+        ``start_within_seconds``. ``priority`` and ``concurrency_key``: as the creation
+        body's (unset: the kind's defaults)."""
         key = idempotency_key or f"cli-{uuid.uuid4()}"
         payload: dict[str, Any] = {"kind": kind, "input": dict(job_input), **(timing or {})}
         if tags:
             payload["tags"] = list(tags)
+        if priority is not None:
+            payload["priority"] = priority
+        if concurrency_key is not None:
+            payload["concurrency_key"] = concurrency_key
         if notify is not None:
             payload["notify"] = notify
         response = self.post_idempotent(

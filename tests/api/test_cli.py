@@ -132,6 +132,19 @@ async def test_keys_create_then_client_verbs_over_http(
     assert too_late.returncode == 1
     assert "succeeded" in too_late.stderr
 
+    urgent = cli(
+        "submit", "--kind", "atlas.noop", "--priority", "8", "--tag", "team=press", "--json",
+        env=client_env,
+    )  # fmt: skip
+    assert urgent.returncode == 0, urgent.stderr
+    assert (json.loads(urgent.stdout)["priority"], json.loads(urgent.stdout)["tags"]) == (
+        8,
+        ["team=press"],
+    )
+    out_of_range = cli("submit", "--kind", "atlas.noop", "--priority", "10", env=client_env)
+    assert out_of_range.returncode == 1
+    assert "priority" in out_of_range.stderr
+
     second = cli("submit", "--kind", "atlas.noop", env=client_env).stdout.strip()
     canceled = cli("cancel", second, env=client_env)
     assert (canceled.returncode, canceled.stdout.strip()) == (0, "canceled")
@@ -175,6 +188,10 @@ async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
     # The file's key gives the same job; lines without one are new jobs (fresh keys).
     assert again.stdout.split()[0] == ids[0]
     assert set(again.stdout.split()[1:]).isdisjoint(ids)
+
+    mixed = cli("submit", "--from-file", str(jobs_file), "--priority", "9", env=env)
+    assert mixed.returncode == 2  # a per-job option beside the file would be dropped
+    assert "from the file" in mixed.stderr
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kind": "atlas.noop"}\n{"kind": \n[1]\n{"input": {}}\n')

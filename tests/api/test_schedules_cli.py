@@ -20,10 +20,15 @@ async def test_schedule_verbs_over_http(live_api: LiveApi, engine: AsyncEngine) 
     made = cli(
         "schedules", "create", "--cron", "0 2 * * *", "--tz", "Europe/Berlin",
         "--kind", "atlas.noop", "--name", "nightly", "--catch-up", "3", "--json",
+        "--delay", "30", "--start-within", "600", "--priority", "7",
+        "--tag", "team=press", "--tag", "env=prod",
         env=env,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     schedule = json.loads(made.stdout)
+    job = schedule["job"]
+    assert (job["delay_seconds"], job["start_within_seconds"], job["priority"]) == (30, 600, 7)
+    assert job["tags"] == ["env=prod", "team=press"]
     assert schedule["misfire_policy"] == "catch_up"
     assert schedule["catch_up_limit"] == 3
     assert schedule["owner"] == "carol"

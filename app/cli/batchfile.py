@@ -19,7 +19,21 @@ if TYPE_CHECKING:
 
     from atlas_jobs._app.client.http import JobsClient
 
-JOB_LINE_FIELDS = frozenset({"kind", "input", "idempotency_key"})
+JOB_LINE_FIELDS = (
+    "kind",
+    "input",
+    "idempotency_key",
+    "notify",
+    "tags",
+    "priority",
+    "concurrency_key",
+    "run_at",
+    "delay_seconds",
+    "start_by",
+    "start_within_seconds",
+)
+"""The fields of a line: those of a ``POST /v1/jobs:batch`` item, checked by the server
+(a refusal names the line)."""
 
 
 def _job_line(text: str) -> dict[str, Any]:
@@ -30,10 +44,10 @@ def _job_line(text: str) -> dict[str, Any]:
         raise ValueError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
     if not isinstance(item, dict):
         raise ValueError("not a JSON object")
-    unknown = sorted(set(item) - JOB_LINE_FIELDS)
+    unknown = sorted(set(item) - set(JOB_LINE_FIELDS))
     if unknown:
         raise ValueError(
-            f"unknown field(s) {', '.join(unknown)}; expected kind, input, idempotency_key"
+            f"unknown field(s) {', '.join(unknown)}; expected {', '.join(JOB_LINE_FIELDS)}"
         )
     if not isinstance(item.get("kind"), str) or not item["kind"]:
         raise ValueError('"kind" must be a non-empty string')

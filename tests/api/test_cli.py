@@ -171,7 +171,7 @@ async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
         json.dumps({"kind": "atlas.bundle", "input": BUNDLE_INPUT, "idempotency_key": "f-1"}),
         "",
         json.dumps({"kind": "atlas.noop", "input": {"tag": "two"}}),
-        json.dumps({"kind": "atlas.noop"}),
+        json.dumps({"kind": "atlas.noop", "tags": ["batch=7"], "priority": 9, "delay_seconds": 60}),
     ]
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_text("\n".join(lines) + "\n")
@@ -184,6 +184,13 @@ async def test_submit_from_file_sends_batches_and_prints_one_id_per_job(
         assert [(str(r.id), r.kind) for r in rows] == list(
             zip(ids, ["atlas.bundle", "atlas.noop", "atlas.noop"], strict=True)
         )
+        last = (
+            await conn.execute(
+                select(jobs.c.tags, jobs.c.priority, jobs.c.run_at).order_by(jobs.c.seq.desc())
+            )
+        ).first()
+        assert last is not None
+        assert (last.tags, last.priority, last.run_at is not None) == (["batch=7"], 9, True)
     again = cli("submit", "--from-file", str(jobs_file), env=env)
     # The file's key gives the same job; lines without one are new jobs (fresh keys).
     assert again.stdout.split()[0] == ids[0]

@@ -213,8 +213,9 @@ async def get(conn: AsyncConnection, operation_id: uuid.UUID) -> Row[Any] | None
 
 
 async def listing(conn: AsyncConnection, *, before_seq: int | None, limit: int) -> list[Row[Any]]:
-    """Operations newest first (``limit + 1`` rows: the caller pages)."""
-    query = select(bulk_operations).order_by(bulk_operations.c.seq.desc()).limit(limit + 1)
+    """Operations newest first, ``limit`` of them (the caller asks for a page's
+    :func:`~atlas_jobs._app.db.pages.fetch_size`)."""
+    query = select(bulk_operations).order_by(bulk_operations.c.seq.desc()).limit(limit)
     if before_seq is not None:
         query = query.where(bulk_operations.c.seq < before_seq)
     return list((await conn.execute(query)).all())

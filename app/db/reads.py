@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.external import GET_OPERATION, HAS_TRANSITION
+from atlas_jobs._app.db.pages import fetch_size
 from atlas_jobs._app.db.queries import KEY_RUNNING
 from atlas_jobs._app.db.records import JobRow, job_row, job_rows, maybe_job_row
 from atlas_jobs._app.db.schema import (
@@ -542,7 +543,7 @@ def listing_query(page: JobFilter, columns: Select[Any]) -> Select[Any]:
             conditions.append(jobs.c.seq < page.before_seq)
         order = (jobs.c.owner.desc(), jobs.c.seq.desc())
     query = walk_from(page, columns).where(and_(true(), *conditions))
-    return query.order_by(*order).limit(page.limit + 1)
+    return query.order_by(*order).limit(fetch_size(page.limit))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from atlas_jobs._app.db import bulk, reads
 from atlas_jobs._app.db.engine import Connects
 from atlas_jobs._app.db.reads import JobFilter
 from atlas_jobs._app.lifecycle import TERMINAL_BULK_OPERATION_STATES, ActorKind
-from atlas_jobs._app.services.paging import Page, page_of
+from atlas_jobs._app.services.paging import Page, fetch_size, page_of
 from atlas_jobs._app.services.refusals import BulkOperationEnded, BulkOperationNotFound
 from atlas_jobs._app.services.schemas import JobPublic
 from atlas_jobs._app.services.views import job_status
@@ -104,7 +104,7 @@ async def accept(
 async def listing(reads_engine: Connects, *, before_seq: int | None, limit: int) -> Page[Row[Any]]:
     """One page of operations, newest first."""
     async with reads_engine.connect() as conn:
-        rows = await bulk.listing(conn, before_seq=before_seq, limit=limit)
+        rows = await bulk.listing(conn, before_seq=before_seq, limit=fetch_size(limit))
     return page_of(rows, limit)
 
 

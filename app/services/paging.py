@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+from atlas_jobs._app.db.pages import fetch_size as fetch_size
 from atlas_jobs._app.db.reads import JobFilter, walks_by_id
 from atlas_jobs._app.db.records import JobRow
 
@@ -40,11 +41,6 @@ class Page(Generic[T]):
         """Where the next page starts (``key`` of the last row shown), or ``None``."""
         last = self.last
         return None if last is None else key(last)
-
-
-def fetch_size(limit: int) -> int:
-    """How many rows to ask for: one beyond the page tells whether another follows."""
-    return limit + 1
 
 
 def page_of(rows: Sequence[T], limit: int) -> Page[T]:

@@ -7,6 +7,7 @@ the wrong state answers 409 with its current state.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Response, status
@@ -34,58 +35,48 @@ _ACTION = {
 }
 
 
-@router.post(
+def _operator_move(
+    path: str, name: str, summary: str, move: Callable[..., Awaitable[actions.Moved]]
+) -> None:
+    """Declare ``POST path``: the operator's ``move`` (a service of
+    :mod:`~atlas_jobs._app.services.actions`) on one job, with the body's optional note."""
+
+    @router.post(
+        path,
+        dependencies=[NoNullBody],
+        name=name,
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=JobPublic,
+        summary=summary,
+        responses=_ACTION,
+    )
+    async def act(
+        job_id: uuid.UUID,
+        state: StateDep,
+        principal: OperatorPrincipal,
+        response: Response,
+        body: OperatorNote | SkipJsonSchema[None] = None,
+    ) -> JobPublic:
+        bind_job(job_id)
+        moved = await move(
+            state.engine,
+            state.transitions,
+            job_id,
+            operator=principal.owner,
+            note=body.note if body else None,
+        )
+        return respond(moved, response)
+
+
+_operator_move(
     "/jobs/{job_id}/resume",
-    dependencies=[NoNullBody],
-    name="resume",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobPublic,
-    summary="Resume an unresolved job with a new attempt budget",
-    responses=_ACTION,
+    "resume",
+    "Resume an unresolved job with a new attempt budget",
+    actions.resume,
 )
-async def resume(
-    job_id: uuid.UUID,
-    state: StateDep,
-    principal: OperatorPrincipal,
-    response: Response,
-    body: OperatorNote | SkipJsonSchema[None] = None,
-) -> JobPublic:
-    bind_job(job_id)
-    moved = await actions.resume(
-        state.engine,
-        state.transitions,
-        job_id,
-        operator=principal.owner,
-        note=body.note if body else None,
-    )
-    return respond(moved, response)
-
-
-@router.post(
-    "/jobs/{job_id}/fail",
-    dependencies=[NoNullBody],
-    name="fail",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobPublic,
-    summary="Fail an unresolved job (operator decision)",
-    responses=_ACTION,
+_operator_move(
+    "/jobs/{job_id}/fail", "fail", "Fail an unresolved job (operator decision)", actions.fail
 )
-async def fail(
-    job_id: uuid.UUID,
-    state: StateDep,
-    principal: OperatorPrincipal,
-    response: Response,
-    body: OperatorNote | SkipJsonSchema[None] = None,
-) -> JobPublic:
-    bind_job(job_id)
-    moved = await actions.fail(
-        state.engine,
-        state.transitions,
-        job_id,
-        operator=principal.owner,
-        note=body.note if body else None,
-    )
-    return respond(moved, response)
 
 
 @router.post(

@@ -165,12 +165,7 @@ def submit(
     Idempotency-Key, so it never creates a second job."""
     if from_file is not None:
         per_job = (kind, idempotency_key, notify, run_at, delay, start_by, start_within)
-        if (
-            any(value is not None for value in per_job)
-            or tag
-            or priority is not None
-            or (concurrency_key is not None)
-        ):
+        if tag or any(v is not None for v in (*per_job, priority, concurrency_key)):
             _say("--from-file takes every job's fields from the file")
             raise typer.Exit(EXIT_USAGE)
         from atlas_jobs._app.cli.batchfile import submit_file

@@ -4,12 +4,13 @@ a change committed in the middle of a read."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -191,6 +192,18 @@ def parse_sse(text: str) -> list[dict[str, str]]:
         if "event" in fields:
             events.append(fields)
     return events
+
+
+async def streamed_events(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
+    """The events of a streamed text/event-stream response, each as soon as it has
+    arrived (:func:`parse_sse` of every complete block)."""
+    buffer = ""
+    async for chunk in response.aiter_text():
+        buffer += chunk
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            for event in parse_sse(block + "\n\n"):
+                yield event
 
 
 def commit_before(

@@ -11,7 +11,6 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,7 @@ from atlas_jobs._app.apikeys import Role, create_key
 from atlas_jobs._app.transitions import Transitions
 from atlas_jobs._workers.bulk_runner import BulkRunner
 from tests.api.conftest import LiveApi
-from tests.api.support import Driver, Keys, parse_sse
+from tests.api.support import Driver, Keys, parse_sse, streamed_events
 
 BUNDLE: dict[str, Any] = {
     "kind": "atlas.bundle",
@@ -45,17 +44,6 @@ async def unresolved_jobs(
         await driver.unresolve(uuid.UUID(job["id"]))
         made.append(job["id"])
     return made
-
-
-async def _events(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
-    """The events of a streamed response, each as soon as it has arrived."""
-    buffer = ""
-    async for chunk in response.aiter_text():
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            for event in parse_sse(block + "\n\n"):
-                yield event
 
 
 async def start(client: httpx.AsyncClient, auth: dict[str, str], **body: Any) -> httpx.Response:
@@ -340,7 +328,7 @@ async def test_a_held_read_and_the_stream_follow_a_running_operation_batch_by_ba
 
         async with http.stream("GET", op["links"]["events"], headers=keys.op) as stream:
             assert stream.status_code == 200
-            events = _events(stream)
+            events = streamed_events(stream)
             claimed_event = await anext(events)
             assert claimed_event["event"] == "progress"
             assert json.loads(claimed_event["data"])["state"] == "running"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 
 from atlas_jobs._app.lifecycle import DeliveryState
 from tests.api.conftest import LiveApi
-from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys, parse_sse
+from tests.api.support import BUNDLE_INPUT, WORKER, Driver, Keys, parse_sse, streamed_events
 
 BUNDLE = {"kind": "atlas.bundle", "input": BUNDLE_INPUT}
 
@@ -40,16 +39,6 @@ async def test_finished_job_streams_its_history_and_ends(
     assert [e["id"] for e in parse_sse(resumed.text)] == [events[1]["id"], events[2]["id"]]
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
-    buffer = ""
-    async for chunk in response.aiter_text():
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            for event in parse_sse(block + "\n\n"):
-                yield event
-
-
 async def test_live_stream_shows_transitions_and_progress_as_they_happen(
     live_api: LiveApi, keys: Keys, driver: Driver
 ) -> None:
@@ -76,7 +65,7 @@ async def test_live_stream_shows_transitions_and_progress_as_they_happen(
         async with http.stream("GET", f"/v1/jobs/{job_id}/events", headers=keys.a) as response:
             assert response.status_code == 200
             driving = asyncio.create_task(drive())
-            async for event in _events(response):
+            async for event in streamed_events(response):
                 data = json.loads(event["data"])
                 if event["event"] == "transition":
                     seen.append(("transition", data["to"]))

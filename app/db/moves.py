@@ -7,11 +7,15 @@ The statement, generated once per transition from its declaration and cached:
 * ``input`` -- the steps as rows (``unnest`` of one array per field);
 * ``locked`` -- the steps' job rows, locked ``FOR UPDATE`` in id order whatever their
   state (``SKIP LOCKED`` for heartbeats): the jobs row first, as everywhere. A cancel
-  therefore waits for a publication that holds the row, and then sees its outcome;
+  therefore waits for a publication that holds the row, and then sees its outcome. Each
+  row carries its step's fields, so ``moved`` joins nothing else;
 * ``moved`` -- the compare-and-set: the ``UPDATE`` of everything the declaration says,
   only where the state is a source of the move and the fence (attempt id + live lease),
-  guard and delivery rule hold -- checked on the row as it is once locked. It
-  ``RETURNING`` s the new row: the answer (routes never re-read what they wrote);
+  guard and delivery rule hold -- checked on the row as it is once locked. It reaches
+  each job by its primary key: the source states and the delivery rule are tested on
+  the state and delivery as locked (equal to the row's), so no partial index's predicate
+  is implied. It ``RETURNING`` s the new row: the answer (routes never re-read what
+  they wrote);
 * ``ended`` -- the attempt that held the job gets its outcome (or its lease extended);
 * ``recorded`` -- one history row per moved job.
 
@@ -227,14 +231,14 @@ SELECT j.*,
 
 
 def _case(arms: Mapping[JobState, str], otherwise: str, source: JobState | None = None) -> str:
-    """``CASE locked.from_state WHEN ... END`` over the sources that differ; the one
+    """``CASE i.from_state WHEN ... END`` over the sources that differ; the one
     arm itself when the statement moves from one known ``source``."""
     if source is not None:
         return arms.get(source, otherwise)
     if not arms:
         return otherwise
     whens = " ".join(f"WHEN '{source}' THEN {value}" for source, value in sorted(arms.items()))
-    return f"CASE locked.from_state {whens} ELSE {otherwise} END"
+    return f"CASE i.from_state {whens} ELSE {otherwise} END"
 
 
 def _sets(spec: Transition, *, source: JobState | None = None) -> list[str]:
@@ -334,7 +338,14 @@ _EFFECTS: dict[Effect, str] = {
 
 
 def _conditions(spec: Transition) -> list[str]:
-    found = [f"j.state IN ({sql_list(spec.sources)})"]
+    # On the state and delivery as locked (``moved`` also requires them equal to the
+    # row's), as arrays: a condition on ``j.state`` or ``j.delivery_state``, or an
+    # equality the planner could carry over to them (an ``IN`` of one value is one), lets
+    # it prove the predicate of a partial index (the leases', the waits', the results')
+    # and scan that index -- every entry, dead ones of finished jobs included -- instead
+    # of probing the primary key once per step (docs/performance.md, "Figures behind the
+    # code").
+    found = [f"i.from_state = ANY (ARRAY[{sql_list(spec.sources)}])"]
     if spec.fenced:
         found.append(_FENCE)
     if spec.guard is not None:
@@ -342,7 +353,7 @@ def _conditions(spec: Transition) -> list[str]:
     if len(spec.delivery) == 1:
         [wanted] = spec.delivery
         allowed = [current for current in DeliveryState if spec.delivery_allows(current, wanted)]
-        found.append(f"j.delivery_state IN ({sql_list(allowed)})")
+        found.append(f"i.from_delivery = ANY (ARRAY[{sql_list(allowed)}])")
     elif spec.delivery:
         pairs = [
             f"('{current}', '{wanted}')"
@@ -351,7 +362,7 @@ def _conditions(spec: Transition) -> list[str]:
             if spec.delivery_allows(current, wanted)
         ]
         found.append(
-            f"(i.delivery IS NULL OR (j.delivery_state, i.delivery) IN (VALUES {', '.join(pairs)}))"
+            f"(i.delivery IS NULL OR (i.from_delivery, i.delivery) IN (VALUES {', '.join(pairs)}))"
         )
     return found
 
@@ -368,13 +379,14 @@ def statement(name: TransitionName, *, full_rows: bool = True) -> TextClause:
     aliases = ", ".join(field_name for field_name, _ in _INPUT_FIELDS)
     sets = ",\n           ".join(_sets(spec))
     lock = "FOR UPDATE OF j SKIP LOCKED" if spec.skip_locked else "FOR UPDATE OF j"
-    held = "locked.held_attempt_id" if spec.fenced or spec.ends_attempt else "NULL::uuid"
+    held = "i.held_attempt_id" if spec.fenced or spec.ends_attempt else "NULL::uuid"
     parts = [
         f"""
 WITH input AS (
     SELECT * FROM unnest({columns}) AS i({aliases})
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE {_OWNER}
@@ -383,13 +395,14 @@ WITH input AS (
 ), moved AS (
     UPDATE jobs AS j
        SET {sets}
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
        AND {" AND ".join(_conditions(spec))}
- RETURNING j.*, locked.from_state AS moved_from, {held} AS moved_attempt_id,
+ RETURNING j.*, i.from_state AS moved_from, {held} AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, {NOW} AS observed_at
 )"""
@@ -562,9 +575,10 @@ class Executor:
         # A row another transaction changed after this statement's snapshot was taken
         # but before its lock was granted (a claim racing a cancel) comes out of the
         # locking read with the values of the snapshot, not those it was locked with:
-        # the statement then refuses to move it rather than move it from a state it is
-        # no longer in. The lock is held now, so the same steps again, under a fresh
-        # snapshot, see the row as it is; what they still refuse is a real refusal.
+        # the statement then refuses to move it rather than move it from a state (or a
+        # delivery) it is no longer in. The lock is held now, so the same steps again,
+        # under a fresh snapshot, see the row as it is; what they still refuse is a real
+        # refusal.
         again = [s for s in steps if s.job_id not in moved]
         if again:
             moved |= await run(again)

@@ -35,7 +35,10 @@ from atlas_jobs._app.db.queries import (
     EXPIRED_WAITS,
     PRUNE_FINISHED,
 )
+from atlas_jobs._app.db.moves import statement
+from atlas_jobs._app.db.render_sql import executed
 from atlas_jobs._app.kinds import handler_key
+from atlas_jobs._app.lifecycle import TransitionName
 from atlas_jobs._app.transitions import Transitions
 from tests.workers.bulk import BULK_FINISHED, BULK_QUEUED
 
@@ -50,6 +53,7 @@ ARGUMENTS: dict[str, str] = {
     "lease_seconds": "30.0",
     "actor": "'worker:w-generic'",
     "keep_seconds": "0.0",
+    "owner": "NULL",
 }
 # Waiting jobs (review), deadlines ahead: with none at all, EXPIRED_WAITS' two partial
 # indexes over waiting rows are both empty and the planner's choice between the bounded
@@ -83,7 +87,10 @@ async def _generic_plan(url: str, statement: TextClause) -> dict[str, Any]:
     """The plan a worker session caches for ``statement``: PREPAREd there and read with
     EXPLAIN EXECUTE (EXPLAIN (GENERIC_PLAN) is PostgreSQL 16+; the project runs on 15)."""
     compiled = statement.compile(dialect=asyncpg_dialect.dialect())
-    arguments = ", ".join(ARGUMENTS[name] for name in compiled.positiontup or ())
+    # A batched move's step fields (``p_*`` arrays): their values do not change a generic plan.
+    arguments = ", ".join(
+        "NULL" if name.startswith("p_") else ARGUMENTS[name] for name in compiled.positiontup or ()
+    )
     conn = await asyncpg.connect(libpq_url(url), server_settings=WORKER_SESSION_SETTINGS)
     try:
         await conn.execute(f"PREPARE worker_statement AS {compiled.string}")
@@ -148,3 +155,21 @@ async def test_the_generic_plan_of_each_limited_worker_statement_walks_its_parti
     below = [(d["Node Type"], d.get("Index Name")) for d in _nodes(limit)]
     assert ("Index Scan", index) in below, below
     assert "Sort" not in {kind for kind, _ in below}, below
+
+
+@pytest.mark.parametrize("name", [spec.name for spec in executed()], ids=str)
+async def test_a_batched_move_finds_its_jobs_by_primary_key_only(
+    large_queue: None, database_url: str, name: TransitionName
+) -> None:
+    """Every move the executor makes reaches its jobs through ``pk_jobs``, one probe per
+    step: never through a partial index whose predicate its conditions imply (the
+    leases', the waits'), which a bitmap scan would read whole, dead entries of finished
+    jobs included, on every publication of a drain."""
+    for full_rows in (True, False):
+        plan = await _generic_plan(database_url, statement(name, full_rows=full_rows))
+        scans = {
+            (n["Node Type"], n.get("Index Name"))
+            for n in _nodes(plan)
+            if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"
+        }
+        assert scans == {("Index Scan", "pk_jobs")}, scans

@@ -20,7 +20,8 @@
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -29,13 +30,14 @@ WITH input AS (
 ), moved AS (
     UPDATE jobs AS j
        SET lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds), heartbeat_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), extended AS (
@@ -51,7 +53,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -60,13 +63,14 @@ WITH input AS (
 ), moved AS (
     UPDATE jobs AS j
        SET lease_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => :lease_seconds), heartbeat_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), extended AS (
@@ -82,7 +86,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -93,13 +98,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            plan_revision = greatest(j.plan_revision, 1)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -110,7 +116,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -121,13 +128,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            plan_revision = greatest(j.plan_revision, 1)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -138,7 +146,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -149,13 +158,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            current_stage = COALESCE(i.stage, j.current_stage)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -166,7 +176,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -177,13 +188,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            current_stage = COALESCE(i.stage, j.current_stage)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -194,7 +206,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -205,13 +218,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            plan_revision = j.plan_revision + 1, current_stage = COALESCE(i.stage, j.current_stage)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -228,7 +242,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -239,13 +254,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            plan_revision = j.plan_revision + 1, current_stage = COALESCE(i.stage, j.current_stage)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -262,7 +278,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -273,13 +290,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            delivery_state = COALESCE(i.delivery, j.delivery_state)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND (i.delivery IS NULL OR (j.delivery_state, i.delivery) IN (VALUES ('none', 'partial_private'), ('partial_private', 'partial_private'), ('none', 'staged_private'), ('partial_private', 'staged_private'), ('staged_private', 'staged_private')))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND (i.delivery IS NULL OR (i.from_delivery, i.delivery) IN (VALUES ('none', 'partial_private'), ('partial_private', 'partial_private'), ('none', 'staged_private'), ('partial_private', 'staged_private'), ('staged_private', 'staged_private')))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -290,7 +308,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -301,13 +320,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            delivery_state = COALESCE(i.delivery, j.delivery_state)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND (i.delivery IS NULL OR (j.delivery_state, i.delivery) IN (VALUES ('none', 'partial_private'), ('partial_private', 'partial_private'), ('none', 'staged_private'), ('partial_private', 'staged_private'), ('staged_private', 'staged_private')))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND (i.delivery IS NULL OR (i.from_delivery, i.delivery) IN (VALUES ('none', 'partial_private'), ('partial_private', 'partial_private'), ('none', 'staged_private'), ('partial_private', 'staged_private'), ('staged_private', 'staged_private')))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 )
@@ -318,7 +338,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -328,20 +349,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            available_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds),
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -363,7 +385,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -373,20 +396,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            available_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds),
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -408,7 +432,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -418,20 +443,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            available_at = (now() + make_interval(secs => :clock_offset)),
            charged_attempts = greatest(j.charged_attempts - 1, 0)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -453,7 +479,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -463,20 +490,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retry' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            available_at = (now() + make_interval(secs => :clock_offset)),
            charged_attempts = greatest(j.charged_attempts - 1, 0)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -498,7 +526,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -508,19 +537,20 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retries_exhausted' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retries_exhausted' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -542,7 +572,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -552,19 +583,20 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'retries_exhausted' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'retries_exhausted' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -586,7 +618,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -596,20 +629,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'waiting' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'review' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'waiting' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'review' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            charged_attempts = greatest(j.charged_attempts - 1, 0),
            wait_deadline_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds), wait_on_deadline = i.rule
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -631,7 +665,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -641,20 +676,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'waiting' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'review' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'waiting' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'review' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            charged_attempts = greatest(j.charged_attempts - 1, 0),
            wait_deadline_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds), wait_on_deadline = i.rule
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -676,7 +712,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -686,20 +723,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            cancel = jsonb_build_object('requested_at', (now() + make_interval(secs => :clock_offset)), 'requested_by', CAST(:actor AS text))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued', 'running', 'waiting')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued', 'running', 'waiting'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -716,7 +754,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -726,20 +765,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'queued' THEN 'canceled' WHEN 'running' THEN 'cancel_requested' WHEN 'waiting' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            cancel = jsonb_build_object('requested_at', (now() + make_interval(secs => :clock_offset)), 'requested_by', CAST(:actor AS text))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued', 'running', 'waiting')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued', 'running', 'waiting'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -756,7 +796,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -766,20 +807,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -801,7 +843,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -811,20 +854,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -846,7 +890,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -856,21 +901,22 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'succeeded' WHEN 'running' THEN 'succeeded' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'published' WHEN 'running' THEN 'published' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'succeeded' WHEN 'running' THEN 'succeeded' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'published' WHEN 'running' THEN 'published' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
            delivery_state = 'available',
            result_ref = i.result_ref, result_files = jsonb_array_length(i.result_ref -> 'files'), result_destination = i.result_ref -> 'publication' ->> 'destination', delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND j.delivery_state IN ('none', 'staged_private')
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND i.from_delivery = ANY (ARRAY['none', 'staged_private'])
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -892,7 +938,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -902,21 +949,22 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'succeeded' WHEN 'running' THEN 'succeeded' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'published' WHEN 'running' THEN 'published' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'succeeded' WHEN 'running' THEN 'succeeded' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'published' WHEN 'running' THEN 'published' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
            delivery_state = 'available',
            result_ref = i.result_ref, result_files = jsonb_array_length(i.result_ref -> 'files'), result_destination = i.result_ref -> 'publication' ->> 'destination', delivery_expires_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND j.delivery_state IN ('none', 'staged_private')
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset)) AND i.from_delivery = ANY (ARRAY['none', 'staged_private'])
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -938,7 +986,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -948,21 +997,22 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'failed' WHEN 'running' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'error' WHEN 'running' THEN 'error' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'running' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'failed' WHEN 'running' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'error' WHEN 'running' THEN 'error' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'running' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -984,7 +1034,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -994,21 +1045,22 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'failed' WHEN 'running' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'error' WHEN 'running' THEN 'error' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'running' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'failed' WHEN 'running' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'error' WHEN 'running' THEN 'error' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) WHEN 'running' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END WHEN 'running' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -1030,7 +1082,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1041,13 +1094,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            delivery_state = 'expired'
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('succeeded') AND j.delivery_state IN ('available')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['succeeded']) AND i.from_delivery = ANY (ARRAY['available'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1064,7 +1118,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1075,13 +1130,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            delivery_state = 'expired'
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('succeeded') AND j.delivery_state IN ('available')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['succeeded']) AND i.from_delivery = ANY (ARRAY['available'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1098,7 +1154,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1108,22 +1165,23 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'retry' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'retry' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            available_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds),
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -1145,7 +1203,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1155,22 +1214,23 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'retry' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           current_attempt_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
-           delivery_state = CASE locked.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'cancel_requested' THEN 'canceled' WHEN 'running' THEN 'retry' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'cancel_requested' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           current_attempt_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'cancel_requested' THEN NULL WHEN 'running' THEN NULL ELSE j.worker_id END,
+           delivery_state = CASE i.from_state WHEN 'cancel_requested' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            available_at = (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds),
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -1192,7 +1252,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1202,19 +1263,20 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'lease_lost' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'lease_lost' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -1236,7 +1298,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1246,19 +1309,20 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'running' THEN 'lease_lost' ELSE j.reason END),
-           current_attempt_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
-           lease_expires_at = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
-           worker_id = CASE locked.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
+           state = CASE i.from_state WHEN 'running' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'running' THEN 'lease_lost' ELSE j.reason END),
+           current_attempt_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.current_attempt_id END,
+           lease_expires_at = CASE i.from_state WHEN 'running' THEN NULL ELSE j.lease_expires_at END,
+           worker_id = CASE i.from_state WHEN 'running' THEN NULL ELSE j.worker_id END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('running') AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['running']) AND j.lease_expires_at <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), ended AS (
@@ -1280,7 +1344,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1290,18 +1355,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'review_approved' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'review_approved' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            available_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1318,7 +1384,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1328,18 +1395,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'review_approved' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'review_approved' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            available_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1356,7 +1424,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1366,18 +1435,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'event_received' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'event_received' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            available_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'external' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'external' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1394,7 +1464,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1404,18 +1475,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'event_received' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'event_received' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            available_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'external' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'external' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1432,7 +1504,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1442,20 +1515,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'review_rejected' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'review_rejected' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1472,7 +1546,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1482,20 +1557,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'review_rejected' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'review_rejected' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.reason = 'review' AND j.wait_deadline_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1512,7 +1588,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1522,20 +1599,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'deadline_passed' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'deadline_passed' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'fail'
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'fail'
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1552,7 +1630,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1562,20 +1641,21 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'deadline_passed' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
-           delivery_state = CASE locked.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'deadline_passed' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'waiting' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           delivery_state = CASE i.from_state WHEN 'waiting' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'fail'
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'fail'
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1592,7 +1672,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1602,18 +1683,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'deadline_escalated' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'deadline_escalated' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate'
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate'
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1630,7 +1712,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1640,18 +1723,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'waiting' THEN 'unresolved' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'waiting' THEN 'deadline_escalated' ELSE j.reason END),
-           wait_deadline_at = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
-           wait_on_deadline = CASE locked.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
+           state = CASE i.from_state WHEN 'waiting' THEN 'unresolved' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'waiting' THEN 'deadline_escalated' ELSE j.reason END),
+           wait_deadline_at = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_deadline_at END,
+           wait_on_deadline = CASE i.from_state WHEN 'waiting' THEN NULL ELSE j.wait_on_deadline END,
            last_error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('waiting') AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate'
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['waiting']) AND j.wait_deadline_at <= (now() + make_interval(secs => :clock_offset)) AND j.wait_on_deadline = 'escalate'
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1668,7 +1752,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1678,17 +1763,18 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'resumed' ELSE j.reason END),
+           state = CASE i.from_state WHEN 'unresolved' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'resumed' ELSE j.reason END),
            available_at = (now() + make_interval(secs => :clock_offset)),
            charged_attempts = 0, budget_started_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1705,7 +1791,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1715,17 +1802,18 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'queued' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'resumed' ELSE j.reason END),
+           state = CASE i.from_state WHEN 'unresolved' THEN 'queued' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'resumed' ELSE j.reason END),
            available_at = (now() + make_interval(secs => :clock_offset)),
            charged_attempts = 0, budget_started_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1742,7 +1830,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1752,17 +1841,18 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+           state = CASE i.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1779,7 +1869,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1789,17 +1880,18 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+           state = CASE i.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'canceled' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1816,7 +1908,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1826,18 +1919,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'operator' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'unresolved' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'operator' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1854,7 +1948,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1864,18 +1959,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'unresolved' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'unresolved' THEN 'operator' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'unresolved' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'unresolved' THEN 'operator' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'unresolved' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'unresolved' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('unresolved')
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['unresolved'])
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1892,7 +1988,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1903,13 +2000,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            run_at = CASE WHEN COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NOT NULL THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) END, available_at = greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))), budget_started_at = CASE WHEN j.attempt = 0 THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) ELSE j.budget_started_at END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued') AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued']) AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1926,7 +2024,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1937,13 +2036,14 @@ WITH input AS (
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
            run_at = CASE WHEN COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NOT NULL THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) END, available_at = greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))), budget_started_at = CASE WHEN j.attempt = 0 THEN greatest(COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)), (now() + make_interval(secs => :clock_offset))) ELSE j.budget_started_at END
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued') AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued']) AND (j.start_by IS NULL OR j.attempt > 0 OR (j.start_by > (now() + make_interval(secs => :clock_offset)) AND (COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) IS NULL OR COALESCE(i.at, (now() + make_interval(secs => :clock_offset)) + make_interval(secs => i.seconds)) < j.start_by)))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1960,7 +2060,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -1970,18 +2071,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued') AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued']) AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -1998,7 +2100,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -2008,18 +2111,19 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset)),
-           state = CASE locked.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
-           reason = COALESCE(i.reason, CASE locked.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
-           finished_at = CASE locked.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
-           delivery_state = CASE locked.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
+           state = CASE i.from_state WHEN 'queued' THEN 'failed' ELSE j.state END,
+           reason = COALESCE(i.reason, CASE i.from_state WHEN 'queued' THEN 'start_deadline_passed' ELSE j.reason END),
+           finished_at = CASE i.from_state WHEN 'queued' THEN (now() + make_interval(secs => :clock_offset)) ELSE j.finished_at END,
+           delivery_state = CASE i.from_state WHEN 'queued' THEN CASE WHEN j.delivery_state IN ('partial_private', 'staged_private') THEN 'blocked' ELSE j.delivery_state END ELSE j.delivery_state END,
            error = i.error
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('queued') AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['queued']) AND j.attempt = 0 AND j.start_by <= (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, NULL::uuid AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -2036,7 +2140,8 @@ SELECT id, state, version, moved_from, moved_attempt_id, observed_at, kind, crea
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -2046,13 +2151,14 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (
@@ -2069,7 +2175,8 @@ SELECT * FROM moved;
 WITH input AS (
     SELECT * FROM unnest(CAST(:p_job_id AS uuid[]), CAST(:p_attempt_id AS uuid[]), CAST(:p_reason AS text[]), CAST(:p_error AS jsonb[]), CAST(:p_seconds AS float8[]), CAST(:p_rule AS text[]), CAST(:p_stage AS text[]), CAST(:p_delivery AS text[]), CAST(:p_result_ref AS jsonb[]), CAST(:p_data AS jsonb[]), CAST(:p_note AS text[]), CAST(:p_event_id AS text[]), CAST(:p_at AS timestamptz[])) AS i(job_id, attempt_id, reason, error, seconds, rule, stage, delivery, result_ref, data, note, event_id, at)
 ), locked AS (
-    SELECT j.id, j.state AS from_state, j.current_attempt_id AS held_attempt_id
+    SELECT j.id, j.state AS from_state, j.delivery_state AS from_delivery,
+           j.current_attempt_id AS held_attempt_id, i.*
       FROM jobs AS j
       JOIN input AS i ON i.job_id = j.id
      WHERE (CAST(:owner AS text) IS NULL OR j.owner = CAST(:owner AS text))
@@ -2079,13 +2186,14 @@ WITH input AS (
     UPDATE jobs AS j
        SET version = j.version + 1,
            updated_at = (now() + make_interval(secs => :clock_offset))
-      FROM locked JOIN input AS i ON i.job_id = locked.id
-     WHERE j.id = locked.id
+      FROM locked AS i
+     WHERE j.id = i.id
        -- The row as locked is the row as updated (see Executor.apply).
-       AND j.state = locked.from_state
-       AND j.current_attempt_id IS NOT DISTINCT FROM locked.held_attempt_id
-       AND j.state IN ('cancel_requested', 'running') AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
- RETURNING j.*, locked.from_state AS moved_from, locked.held_attempt_id AS moved_attempt_id,
+       AND j.state = i.from_state
+       AND j.delivery_state = i.from_delivery
+       AND j.current_attempt_id IS NOT DISTINCT FROM i.held_attempt_id
+       AND i.from_state = ANY (ARRAY['cancel_requested', 'running']) AND j.current_attempt_id = i.attempt_id AND j.lease_expires_at > (now() + make_interval(secs => :clock_offset))
+ RETURNING j.*, i.from_state AS moved_from, i.held_attempt_id AS moved_attempt_id,
            i.error AS step_error, i.data AS step_data, i.note AS step_note,
            i.event_id AS step_event_id, (now() + make_interval(secs => :clock_offset)) AS observed_at
 ), recorded AS (

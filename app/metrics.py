@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -136,16 +137,17 @@ def record_applied(rows: Iterable[tuple[str, Any]]) -> None:
         TRANSITIONS.labels(*labels).inc(count)
 
 
-def record_claims(rows: Iterable[Any]) -> None:
-    """Count claims and observe each job's claim-to-start delay (claimable since
-    ``available_at``, claimed at ``updated_at``, both database time)."""
+def record_claims(claims: Iterable[tuple[str, str, datetime, datetime]]) -> None:
+    """Count claims and observe each job's claim-to-start delay, from ``(kind, state,
+    claimed at, claimable since)`` of each claimed job (``updated_at`` and
+    ``available_at``, both database time)."""
     claimed: collections.Counter[str] = collections.Counter()
     delays: dict[str, Any] = {}
-    for row in rows:
-        claimed[row.state] += 1
-        if row.kind not in delays:
-            delays[row.kind] = START_DELAY.labels(row.kind)
-        delays[row.kind].observe(max(0.0, (row.updated_at - row.available_at).total_seconds()))
+    for kind, state, claimed_at, claimable_since in claims:
+        claimed[state] += 1
+        if kind not in delays:
+            delays[kind] = START_DELAY.labels(kind)
+        delays[kind].observe(max(0.0, (claimed_at - claimable_since).total_seconds()))
     for state, count in claimed.items():
         TRANSITIONS.labels("claim", state).inc(count)
 

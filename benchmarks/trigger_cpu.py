@@ -89,10 +89,10 @@ class Side:
         await self.moves.create_many(self.conn, [self.new() for _ in range(size)], actor=CLIENT)
 
     async def claim(self, size: int) -> None:
-        rows = await self.moves.claim(
-            self.conn, worker_id="bench", handlers=HANDLERS, limit=size, full_rows=False
+        claimed = await self.moves.claim_to_run(
+            self.conn, worker_id="bench", handlers=HANDLERS, limit=size
         )
-        self.held.extend((row.id, row.current_attempt_id) for row in rows)
+        self.held.extend((job.job_id, job.attempt_id) for job in claimed)
 
     async def beat(self, size: int) -> None:
         await self.moves.heartbeat_many(self.conn, self.held[:size])

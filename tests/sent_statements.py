@@ -5,7 +5,7 @@ one home of these recorders; each test asserts on what it reads from them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,38 +46,72 @@ live-worker refresher (atlas_jobs._app.services.live_workers)."""
 def statements(
     engine: AsyncEngine, *, except_task: str | tuple[str, ...] | None = None
 ) -> Iterator[list[str]]:
-    """Every statement the engine sends meanwhile (one round trip each), folded. With
-    ``except_task``, not those of the asyncio task(s) of that name: a background loop
-    that queries on its own cadence (:data:`API_BACKGROUND_TASKS`, whose reads can land
-    inside the block on a busy machine)."""
+    """Every statement the engine sends meanwhile (one round trip each), folded: through
+    SQLAlchemy, and straight to the driver (the claim, atlas_jobs._app.db.driver) on the
+    connections it opens meanwhile. With ``except_task``, not those of the asyncio
+    task(s) of that name: a background loop that queries on its own cadence
+    (:data:`API_BACKGROUND_TASKS`, whose reads can land inside the block on a busy
+    machine)."""
     seen: list[str] = []
     skipped = (except_task,) if isinstance(except_task, str) else except_task
 
-    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def record(statement: str) -> None:
         if skipped is not None:
             task = asyncio.current_task()
             if task is not None and task.get_name() in skipped:
                 return
         seen.append(folded(statement))
 
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        record(statement)
+
     event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    stop_driver = _on_driver_queries(engine, record)
     try:
         yield seen
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+        stop_driver()
 
 
 def record_claims(engine: AsyncEngine) -> list[str]:
-    """The claim statements ``engine`` sends from now on, in order (a cursor event on it
-    for the engine's lifetime)."""
+    """The claim statements ``engine`` sends from now on, in order, through SQLAlchemy or
+    straight to the driver (as the pool claims) on the connections it opens from now on."""
     claims: list[str] = []
 
-    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+    def record(statement: str) -> None:
         if statement.lstrip().startswith(CLAIM_PREFIX):
             claims.append(statement)
 
+    def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        record(statement)
+
     event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    _on_driver_queries(engine, record)
     return claims
+
+
+def _on_driver_queries(engine: AsyncEngine, record: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``record`` with every query sent straight to the driver (``fetch``,
+    ``execute``: not SQLAlchemy's prepared executions, which the cursor event sees) on
+    each connection ``engine`` opens from now on; the returned function stops it."""
+    loggers: list[tuple[Any, Callable[[Any], None]]] = []
+
+    def on_connect(dbapi_connection: Any, _record: object) -> None:
+        def logger(logged: Any) -> None:
+            record(logged.query)
+
+        dbapi_connection.driver_connection.add_query_logger(logger)
+        loggers.append((dbapi_connection.driver_connection, logger))
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+
+    def stop() -> None:
+        event.remove(engine.sync_engine, "connect", on_connect)
+        for driver, logger in loggers:
+            driver.remove_query_logger(logger)
+
+    return stop
 
 
 def record_round_trips(engine: AsyncEngine) -> list[str]:
@@ -89,11 +123,6 @@ def record_round_trips(engine: AsyncEngine) -> list[str]:
     def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
         trips.append(statement)
 
-    def on_connect(dbapi_connection: Any, _record: object) -> None:
-        dbapi_connection.driver_connection.add_query_logger(
-            lambda logged: trips.append(logged.query)
-        )
-
     event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
-    event.listen(engine.sync_engine, "connect", on_connect)
+    _on_driver_queries(engine, trips.append)
     return trips

@@ -136,17 +136,12 @@ class Claimer:
         if self._conn is None:
             self._conn = await self.statements.connect()
         try:
-            rows = await self.transitions.claim(
-                self._conn,
-                worker_id=self.worker_id,
-                handlers=self.keys,
-                limit=want,
-                full_rows=False,
+            return await self.transitions.claim_to_run(
+                self._conn, worker_id=self.worker_id, handlers=self.keys, limit=want
             )
         except Exception:
             await self.close()
             raise
-        return [ClaimedJob.from_claim(row) for row in rows]
 
     async def close(self) -> None:
         """Hand the claims' connection back to the pool; never raises."""

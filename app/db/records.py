@@ -12,7 +12,7 @@ run time), and everything past them reads declared, typed columns.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
@@ -182,11 +182,11 @@ class ClaimedJob:
         )
 
     @classmethod
-    def from_claim(cls, row: Row[Any]) -> ClaimedJob:
-        """From a row of :data:`~atlas_jobs._app.db.queries.CLAIM_TO_RUN`, read by
-        position: its first ten columns are these fields in this order (the claim's hot
-        path; ``tests/workers/test_claiming.py`` pins the order)."""
-        values = cast("tuple[Any, ...]", row)  # a Row is a sequence of its columns
+    def from_claim(cls, values: Sequence[Any]) -> ClaimedJob:
+        """From a row of :data:`~atlas_jobs._app.db.queries.CLAIM_TO_RUN` (the driver's
+        record, :mod:`atlas_jobs._app.db.driver`), read by position: its first ten
+        columns are these fields in this order (the claim's hot path;
+        ``tests/workers/test_claiming.py`` pins the order)."""
         return cls(
             job_id=values[0],
             attempt_id=values[1],

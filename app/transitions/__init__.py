@@ -103,6 +103,7 @@ class Transitions:
 
     # -- worker (WorkerMoves)
     claim = _by(lambda t: t.worker, WorkerMoves.claim)
+    claim_to_run = _by(lambda t: t.worker, WorkerMoves.claim_to_run)
     heartbeat = _by(lambda t: t.worker, WorkerMoves.heartbeat)
     heartbeat_many = _by(lambda t: t.worker, WorkerMoves.heartbeat_many)
     set_plan = _by(lambda t: t.worker, WorkerMoves.set_plan)

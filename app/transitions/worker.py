@@ -13,14 +13,17 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app import metrics
+from atlas_jobs._app.db import driver
 from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
 from atlas_jobs._app.db.queries import (
     CLAIM,
-    CLAIM_TO_RUN,
+    CLAIM_TO_RUN_AT,
+    CLAIM_TO_RUN_SENT,
     LEASE_FACTS,
     LOCK_FOR_PUBLICATION,
     RECORD_UNIT,
 )
+from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.db.schema import job_stages
 from atlas_jobs._app.lifecycle import (
     TRANSITIONS,
@@ -44,34 +47,49 @@ class WorkerMoves(Service):
         worker_id: str,
         handlers: Sequence[str],
         limit: int,
-        full_rows: bool = True,
     ) -> list[Row[Any]]:
         """Claim up to ``limit`` queued jobs in one statement; each gets a new attempt.
+        The claimed jobs' whole rows, in claim order.
 
         ``handlers`` are ``"kind@version"`` keys this worker can run; other jobs stay
-        queued, visible, for a worker that can. ``full_rows=False`` (the worker pool):
-        each row carries only what starting the attempt needs -- id,
-        ``current_attempt_id``, attempt, ``charged_attempts``, ``max_attempts``,
-        ``max_elapsed_seconds``, kind, ``kind_version``, owner, input, state,
-        ``updated_at`` and ``available_at``.
-        """
+        queued, visible, for a worker that can."""
         claimed = list(
-            (
-                await conn.execute(
-                    CLAIM if full_rows else CLAIM_TO_RUN,
-                    {
-                        "worker_id": worker_id,
-                        "actor": str(Actor(ActorKind.WORKER, worker_id)),
-                        "handlers": list(handlers),
-                        "limit": limit,
-                        "lease_seconds": self.lease_seconds,
-                        **self.clock.bind(),
-                    },
-                )
-            ).all()
+            (await conn.execute(CLAIM, self._claim_params(worker_id, handlers, limit))).all()
         )
-        metrics.record_claims(claimed)
+        metrics.record_claims(
+            (row.kind, row.state, row.updated_at, row.available_at) for row in claimed
+        )
         return claimed
+
+    async def claim_to_run(
+        self,
+        conn: AsyncConnection,
+        *,
+        worker_id: str,
+        handlers: Sequence[str],
+        limit: int,
+    ) -> list[ClaimedJob]:
+        """:meth:`claim` as the worker pool makes it: the same statement answering only
+        what starting each attempt needs, sent straight to the driver
+        (:mod:`atlas_jobs._app.db.driver`) on ``conn``, an autocommit connection
+        (:func:`~atlas_jobs._app.db.engine.single_statements`)."""
+        rows = await driver.fetch(
+            conn, CLAIM_TO_RUN_SENT, self._claim_params(worker_id, handlers, limit)
+        )
+        kind, state = CLAIM_TO_RUN_AT["kind"], CLAIM_TO_RUN_AT["state"]
+        claimed_at, since = CLAIM_TO_RUN_AT["updated_at"], CLAIM_TO_RUN_AT["available_at"]
+        metrics.record_claims((r[kind], r[state], r[claimed_at], r[since]) for r in rows)
+        return [ClaimedJob.from_claim(row) for row in rows]
+
+    def _claim_params(self, worker_id: str, handlers: Sequence[str], limit: int) -> dict[str, Any]:
+        return {
+            "worker_id": worker_id,
+            "actor": str(Actor(ActorKind.WORKER, worker_id)),
+            "handlers": list(handlers),
+            "limit": limit,
+            "lease_seconds": self.lease_seconds,
+            **self.clock.bind(),
+        }
 
     # -- the lease ------------------------------------------------------------------------
 

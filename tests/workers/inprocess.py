@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db.records import ClaimedJob
+from atlas_jobs._app.db.engine import single_statements
 from atlas_jobs._app.db.schema import attempts, job_checkpoints, job_history, job_stages, jobs
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.storage import FilesystemStore
@@ -113,15 +113,11 @@ class Harness:
         self, runner: JobRunner, *, limit: int, worker_id: str = WORKER_ID
     ) -> list[JobContext]:
         """Claim through the real statement, then build contexts as the pool does."""
-        async with self.engine.begin() as conn:
-            rows = await self.transitions.claim(
-                conn,
-                worker_id=worker_id,
-                handlers=sorted(runner.handlers),
-                limit=limit,
-                full_rows=False,
+        async with single_statements(self.engine).connect() as conn:
+            claimed = await self.transitions.claim_to_run(
+                conn, worker_id=worker_id, handlers=sorted(runner.handlers), limit=limit
             )
-        return [runner.context(ClaimedJob.from_claim(row)) for row in rows]
+        return [runner.context(job) for job in claimed]
 
     async def claim(self, runner: JobRunner, *, worker_id: str = WORKER_ID) -> JobContext:
         contexts = await self.claim_all(runner, limit=1, worker_id=worker_id)

@@ -297,7 +297,7 @@ async def test_a_notification_that_arrives_during_a_claim_is_kept(
         return NO_FILES
 
     pool = _pool(quiet, database_url, harness.clock, {KEY: handler})
-    claim = pool.transitions.claim
+    claim = pool.transitions.claim_to_run
     announced: list[uuid.UUID] = []
 
     async def claim_then_announce(*args: Any, **kwargs: Any) -> list[Any]:
@@ -309,7 +309,7 @@ async def test_a_notification_that_arrives_during_a_claim_is_kept(
             await until(lambda: asyncio.sleep(0, pool.claimer.woken.is_set()), bool)
         return rows
 
-    pool.transitions.claim = claim_then_announce  # type: ignore[method-assign]
+    pool.transitions.claim_to_run = claim_then_announce  # type: ignore[method-assign]
     stop = asyncio.Event()
     task = asyncio.create_task(pool.run(stop))
     try:

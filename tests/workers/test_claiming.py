@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine
+from atlas_jobs._app.db.engine import WORKER_SESSION_SETTINGS, create_engine, single_statements
 from atlas_jobs._app.db.queries import CLAIM
 from atlas_jobs._app.db.records import ClaimedJob
 from atlas_jobs._app.db.schema import attempts, job_history, jobs
@@ -106,24 +106,33 @@ async def test_claim_walks_the_index_in_order_on_a_worker_session_even_with_stal
 async def test_the_pools_claim_answers_the_attempts_facts_in_the_order_it_reads_them(
     engine: AsyncEngine, transitions: Transitions
 ) -> None:
-    """The pool reads its claim's rows by position (ClaimedJob.from_claim): they give
-    the same facts the job's full row gives after the claim."""
+    """The pool reads its claim's rows by position (ClaimedJob.from_claim), as the
+    driver answers them: they give the same facts the job's full row gives after the
+    claim."""
     async with engine.begin() as conn:
         await conn.execute(BULK_QUEUED, {"kind": "atlas.noop", "n": 2})
-    async with engine.begin() as conn:
-        rows = await transitions.claim(
-            conn,
-            worker_id="w-lean",
-            handlers=[handler_key("atlas.noop", 1)],
-            limit=2,
-            full_rows=False,
+    async with single_statements(engine).connect() as conn:
+        claimed = await transitions.claim_to_run(
+            conn, worker_id="w-lean", handlers=[handler_key("atlas.noop", 1)], limit=2
         )
-    assert len(rows) == 2
-    for row in rows:
+    assert len(claimed) == 2
+    for job in claimed:
         async with engine.connect() as conn:
-            full = (await conn.execute(select(jobs).where(jobs.c.id == row.id))).one()
-        assert ClaimedJob.from_claim(row) == ClaimedJob.from_row(full)
-        assert (row.state, full.state) == (JobState.RUNNING.value, JobState.RUNNING.value)
+            full = (await conn.execute(select(jobs).where(jobs.c.id == job.job_id))).one()
+        assert job == ClaimedJob.from_row(full)
+        assert full.state == JobState.RUNNING.value
+
+
+async def test_the_pools_claim_runs_on_autocommit_connections_only(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    """Sent straight to the driver, the claim is its own transaction: inside one that
+    SQLAlchemy has begun it would not be part of it, so it is refused there."""
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match="autocommit"):
+            await transitions.claim_to_run(
+                conn, worker_id="w-tx", handlers=[handler_key("atlas.noop", 1)], limit=1
+            )
 
 
 async def test_four_processes_run_2000_noop_jobs_each_exactly_once(

@@ -28,6 +28,7 @@ from atlas_jobs._app.db.engine import (
     libpq_url,
     single_statements,
 )
+from atlas_jobs._app.db.moves import statement
 from atlas_jobs._app.db.queries import (
     CLAIM,
     EXPIRED_LEASES,
@@ -35,7 +36,6 @@ from atlas_jobs._app.db.queries import (
     EXPIRED_WAITS,
     PRUNE_FINISHED,
 )
-from atlas_jobs._app.db.moves import statement
 from atlas_jobs._app.db.render_sql import executed
 from atlas_jobs._app.kinds import handler_key
 from atlas_jobs._app.lifecycle import TransitionName

@@ -135,7 +135,7 @@ async def test_a_job_announced_during_a_cooldown_is_claimed_at_its_end(
                 actor=CLIENT,
             )
             [row] = await harness.transitions.claim(
-                conn, worker_id="w-rival", handlers=[KEY], limit=1, full_rows=False
+                conn, worker_id="w-rival", handlers=[KEY], limit=1
             )
             assert row.id == taken.job.id
         await until(lambda: asyncio.sleep(0, len(claims)), lambda n: n == idle + 1)

@@ -50,17 +50,13 @@ async def test_claims_and_group_publications_are_prepared_once_and_reused(
     try:
         for limit in (1, 2, 3, 4, 5, 6):  # six claims, five batch sizes of publication
             async with engine.connect() as conn:
-                rows = await transitions.claim(  # the pool's claim (full_rows=False)
-                    conn,
-                    worker_id="w-prep",
-                    handlers=[handler_key(kind, 1)],
-                    limit=limit,
-                    full_rows=False,
+                claimed = await transitions.claim_to_run(  # the pool's claim
+                    conn, worker_id="w-prep", handlers=[handler_key(kind, 1)], limit=limit
                 )
-                assert len(rows) == limit
+                assert len(claimed) == limit
                 await transitions.publish_many(
                     conn,
-                    [(row.id, row.current_attempt_id) for row in rows],
+                    [(job.job_id, job.attempt_id) for job in claimed],
                     result_ref={"files": []},
                     ttl_seconds=60,
                     actor=actor,

@@ -1,21 +1,24 @@
 """Statements sent straight to the driver (asyncpg), past SQLAlchemy's execution layer.
 
-Only the worker's claim goes this way. The claim loop sends it back to back, and with
-a bounded number of jobs held per process its latency bounds the drain: SQLAlchemy's
-execution (the execution context, the greenlet hop, the result's rows) costs about
-0.15 ms of client CPU per statement and 9 µs per row on top of the driver's own work,
-a seventh of a claim of two dozen jobs (docs/performance.md, "Figures behind the code").
-The statement is the same text SQLAlchemy would send (compiled once for the asyncpg
-dialect), the rows asyncpg's records, read by position.
-
-Only on a connection in autocommit (:func:`~atlas_jobs._app.db.engine.single_statements`):
-a statement sent here is its own transaction, outside any SQLAlchemy tracks.
+On an autocommit connection (:func:`~atlas_jobs._app.db.engine.single_statements`,
+:class:`~atlas_jobs._app.db.engine.AutocommitConnections`) a statement is its own
+transaction, and the hot ones -- the worker's claim, a batched move (a group-committed
+publication), a creation -- go to the driver: SQLAlchemy's execution (the execution
+context, the greenlet hop, the result's rows) costs about 0.15 ms of client CPU per
+statement and 9 µs per row on top of the driver's own work: a seventh of a claim of two
+dozen jobs on the claim loop, whose latency bounds the drain, and a third of a one-job
+creation's client time (docs/performance.md, "Figures behind the code"). The statement
+is the text SQLAlchemy would send (compiled once for the asyncpg dialect); the rows are
+asyncpg's records, read by position or, as SQLAlchemy's rows, by attribute
+(:class:`DriverRow`). Inside a transaction SQLAlchemy has begun, the same call goes
+through SQLAlchemy (:func:`rows`): a statement sent past it would not be part of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import asyncpg
@@ -39,23 +42,60 @@ class DriverStatement:
         return cls(compiled.string, tuple(compiled.positiontup or ()))
 
 
+class DriverRow(asyncpg.Record):  # type: ignore[misc]
+    """A driver record read as SQLAlchemy's rows are: by position and by attribute."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@cache
+def sent(statement: TextClause | TextualSelect) -> DriverStatement:
+    """``statement`` as the driver takes it, compiled once (statements are module
+    constants: one entry each)."""
+    return DriverStatement.of(statement)
+
+
+def autocommit(conn: AsyncConnection) -> bool:
+    """Whether ``conn`` runs each statement as its own transaction."""
+    sync = conn.sync_connection
+    return sync is not None and sync.get_execution_options().get("isolation_level") == (
+        "AUTOCOMMIT"
+    )
+
+
+async def rows(
+    conn: AsyncConnection, statement: TextClause | TextualSelect, params: Mapping[str, Any]
+) -> Sequence[Any]:
+    """The rows of ``statement`` (read by position or attribute): through the driver on
+    an autocommit connection, through SQLAlchemy inside a transaction it has begun."""
+    if autocommit(conn):
+        return await fetch(conn, sent(statement), params)
+    return (await conn.execute(statement, params)).all()
+
+
 async def fetch(
     conn: AsyncConnection, statement: DriverStatement, params: Mapping[str, Any]
 ) -> Sequence[Any]:
-    """The rows of ``statement`` (asyncpg records, read by position), sent on ``conn``'s
-    driver connection. A failure that is not the server's answer (the connection broke)
-    invalidates ``conn``, so the pool never hands it out again."""
-    sync = conn.sync_connection
-    if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+    """The rows of ``statement`` (:class:`DriverRow`), sent on ``conn``'s driver
+    connection; ``conn`` must be in autocommit. A failure that is not the server's
+    answer (the connection broke) invalidates ``conn``, so the pool never hands it out
+    again."""
+    if not autocommit(conn):
         raise ValueError("driver statements run on autocommit connections only")
     driver: Any = (await conn.get_raw_connection()).driver_connection
     try:
-        rows: Sequence[Any] = await driver.fetch(
-            statement.sql, *[params[name] for name in statement.names]
+        found: Sequence[Any] = await driver.fetch(
+            statement.sql, *[params[name] for name in statement.names], record_class=DriverRow
         )
     except asyncpg.PostgresError:
         raise
     except BaseException:
         await conn.invalidate()
         raise
-    return rows
+    return found

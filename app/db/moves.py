@@ -39,11 +39,12 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Row, TextClause, text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app import metrics
 from atlas_jobs._app.clock import NOW_SQL, Clock
+from atlas_jobs._app.db import driver
 from atlas_jobs._app.db.records import JobRow, RefusedJobRow, job_row, refused_job_row
 from atlas_jobs._app.db.row_rules import sql_list
 from atlas_jobs._app.lifecycle import (
@@ -558,8 +559,9 @@ class Executor:
             ):
                 raise ValueError(f"{spec.name}: reason {step.reason} fits none of its targets")
 
-        async def run(batch: Sequence[Step]) -> dict[uuid.UUID, Row[Any]]:
-            rows = await conn.execute(
+        async def run(batch: Sequence[Step]) -> dict[uuid.UUID, Any]:
+            rows = await driver.rows(
+                conn,
                 statement(spec.name, full_rows=full_rows),
                 {
                     **_params(batch),

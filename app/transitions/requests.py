@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app import metrics
+from atlas_jobs._app.db import driver
 from atlas_jobs._app.db.moves import (
     Actor,
     Applied,
@@ -89,7 +90,7 @@ class RequestMoves(Service):
         statement = creation.shape(
             one=len(batch) == 1, by_key=actor.key_id is not None, tagged=tagged
         )
-        rows = await conn.execute(statement, params)
+        rows = await driver.rows(conn, statement, params)
         by_id = {row.id: row for row in rows}
         if None in by_id:  # the admission rule refused the batch: nothing was written
             raise OwnerAtCapacity(int(by_id[None].admission_unfinished))

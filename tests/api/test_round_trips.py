@@ -1,8 +1,10 @@
-"""Round trips per request, counted at the driver (SQLAlchemy cursor events).
+"""Round trips per request, counted at the driver (SQLAlchemy cursor events, and the
+driver's query logger for what is sent past SQLAlchemy).
 
 Every statement is a round trip to PostgreSQL; so is every pool checkout (the
 pre-ping: one ``;``, see ``tests/integration/test_engine_ping.py``) and every
-BEGIN/COMMIT/ROLLBACK, which the driver's query logger sees (``Trips.control``). These
+BEGIN/COMMIT/ROLLBACK, which the driver's query logger sees (``Trips.control``), as it
+sees the statements sent straight to the driver (``atlas_jobs._app.db.driver``). These
 tests pin the counts of the hottest routes so a change that adds a round trip shows up
 here, not only in a benchmark.
 """
@@ -21,6 +23,15 @@ from fastapi import FastAPI
 from sqlalchemy import event
 
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
+
+
+DRIVER_INTROSPECTION = (
+    "WITH RECURSIVE typeinfo_tree",
+    "SELECT current_setting('jit')",
+    "SELECT set_config('jit'",
+)
+"""What asyncpg sends once per connection, the first time a statement binds a type it
+has not met there (an array of ``jsonb``): its type lookup, with JIT off around it."""
 
 
 @dataclass
@@ -49,9 +60,19 @@ def counting(app: FastAPI) -> Iterator[Trips]:
 
     def on_query(record: Any) -> None:
         # asyncpg calls loggers with call_soon: await asyncio.sleep(0) before reading.
-        word = record.query.split()[0].rstrip(";").upper()
+        # It logs what is sent outside SQLAlchemy's prepared executions: transaction
+        # control, and the statements sent straight to the driver (a creation or a
+        # batched move on an autocommit connection: atlas_jobs._app.db.driver).
+        query = " ".join(record.query.split())
+        if not query.strip(";"):
+            return  # the checkout's pre-ping, counted as the checkout
+        if query.startswith(DRIVER_INTROSPECTION):
+            return  # the driver's first use of a type on this connection, not per request
+        word = query.split()[0].rstrip(";").upper()
         if word in {"BEGIN", "COMMIT", "ROLLBACK"}:
             trips.control.append(word)
+        else:
+            trips.statements.append(query[:80])
 
     logged: list[Any] = []
 

@@ -24,7 +24,6 @@ from sqlalchemy import event
 
 from tests.api.support import BUNDLE_INPUT, Driver, Keys
 
-
 DRIVER_INTROSPECTION = (
     "WITH RECURSIVE typeinfo_tree",
     "SELECT current_setting('jit')",

@@ -64,14 +64,14 @@ async def pickups(url: str, backlog: int, samples: int, limit: int) -> list[floa
     async def claimer() -> None:
         while not stop.is_set():
             async with engine.connect() as conn:
-                rows = await transitions.claim(
+                claimed = await transitions.claim_to_run(
                     conn, worker_id="bench", handlers=handlers, limit=limit
                 )
             now = time.perf_counter()
-            for row in rows:
-                found.setdefault(row.id, now)
+            for job in claimed:
+                found.setdefault(job.job_id, now)
             arrived.set()  # every claim: the waiter looks again
-            if not rows:
+            if not claimed:
                 await asyncio.sleep(0.001)
 
     try:

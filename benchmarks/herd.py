@@ -8,11 +8,11 @@ adapter's producer (one ``create`` per job) and waits until every job succeeded.
 database named by URL is dropped, recreated and migrated first.
 
 It prints one JSON line: claim statements and empty claims per job (counted in each
-process around ``Transitions.claim``), the server CPU per job (utime+stime of every
-PostgreSQL process on this machine over the run: creation, claims, publications and
-history included; ``--postmaster-pid`` names the server, the embedded one's by
-default; null when neither is known), the pickup p50/p99 from the rows, and the load
-average. Counts, not timings, are its point: the machine's load moves the latencies.
+process around ``Transitions.claim_to_run``, the pool's claim), the server CPU per job
+(utime+stime of every PostgreSQL process on this machine over the run: creation, claims,
+publications and history included; ``--postmaster-pid`` names the server, the embedded
+one's by default; null when neither is known), the pickup p50/p99 from the rows, and
+the load average. Counts, not timings, are its point: the machine's load moves the latencies.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _worker(
         atlas = Atlas(url, settings)
         pool = atlas.pool(concurrency)
         counts = {"claims": 0, "empty": 0}
-        claim = pool.transitions.claim
+        claim = pool.transitions.claim_to_run
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             rows = await claim(*args, **kwargs)
@@ -92,7 +92,7 @@ def _worker(
             counts["empty"] += not rows
             return rows
 
-        pool.transitions.claim = counted  # type: ignore[method-assign]
+        pool.transitions.claim_to_run = counted  # type: ignore[method-assign]
         stop = asyncio.Event()
         running = asyncio.create_task(pool.run(stop))
         await asyncio.sleep(IDLE_SECONDS)

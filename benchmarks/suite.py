@@ -608,7 +608,7 @@ async def claim_at_size(
                 for n in range(warmup + knobs.claims):
                     async with engine.connect() as conn:
                         t = time.perf_counter()
-                        rows = await transitions.claim(
+                        rows = await transitions.claim_to_run(
                             conn, worker_id="bench", handlers=handlers, limit=knobs.claim_limit
                         )
                         elapsed = (time.perf_counter() - t) * 1000.0
@@ -794,7 +794,7 @@ class Churner:
                     await self.atlas.enqueue_many(list(range(done, done + n)))
                     created += n
                 async with pool.statements.connect() as conn:  # as the claim loop
-                    rows = await pool.transitions.claim(
+                    rows = await pool.transitions.claim_to_run(
                         conn, worker_id=pool.worker_id, handlers=self.handlers, limit=n
                     )
                 following = min(self.batch, stop_at - created)
@@ -825,7 +825,7 @@ class Churner:
         async with pool.statements.begin() as conn:
             return await pool.transitions.publish_many(
                 conn,
-                [(row.id, row.current_attempt_id) for row in rows],
+                [(job.job_id, job.attempt_id) for job in rows],
                 result_ref={"files": []},
                 ttl_seconds=pool.settings.result_ttl_seconds,
                 actor=pool.actor,

@@ -27,6 +27,8 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
+from atlas_jobs._app.db.engine import READ_ONLY_SQLSTATE
+
 
 @dataclass(frozen=True, slots=True)
 class DriverStatement:
@@ -93,9 +95,21 @@ async def fetch(
         found: Sequence[Any] = await driver.fetch(
             statement.sql, *[params[name] for name in statement.names], record_class=DriverRow
         )
-    except asyncpg.PostgresError:
+    except asyncpg.PostgresError as exc:
+        if disconnect(exc):
+            await conn.invalidate()
         raise
     except BaseException:
         await conn.invalidate()
         raise
     return found
+
+
+def disconnect(exc: asyncpg.PostgresError) -> bool:
+    """Whether the server's answer means this connection is no use any more, as the
+    engine's ``handle_error`` listener decides for SQLAlchemy's executions
+    (:func:`~atlas_jobs._app.db.engine.create_engine`): a connection exception (class
+    08), the server shutting down or not yet up (57P01-57P03), or a server that no
+    longer takes writes (25006: demoted to a standby)."""
+    sqlstate = str(getattr(exc, "sqlstate", "") or "")
+    return sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03", READ_ONLY_SQLSTATE}

@@ -36,4 +36,8 @@ def database_unavailable(exc: BaseException) -> bool:
         if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
             return True
         return type(cause).__name__ in _UNAVAILABLE_CLASSES
+    # The driver's own error, from a statement sent past SQLAlchemy (atlas_jobs._app.db.driver).
+    sqlstate = str(getattr(exc, "sqlstate", None) or "")
+    if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
+        return True
     return type(exc).__name__ in _UNAVAILABLE_CLASSES

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from atlas_jobs._app.db.engine import create_engine, libpq_url, normalize_url
+from atlas_jobs._app.db import driver
+from atlas_jobs._app.db.engine import create_engine, libpq_url, normalize_url, single_statements
 from atlas_jobs._app.db.listen import Listener
 from atlas_jobs._app.db.outages import database_unavailable
 from tests.support import free_port
@@ -98,3 +100,36 @@ async def test_a_connection_on_a_read_only_server_is_discarded(database_url: str
         assert after != before
     finally:
         await engine.dispose()
+
+
+async def test_a_statement_sent_to_the_driver_on_a_read_only_server_discards_its_connection(
+    database_url: str,
+) -> None:
+    """The same for a statement sent past SQLAlchemy (a claim, a creation or a batched
+    move on an autocommit connection): the connection is invalidated, the error is an
+    outage, and the next checkout connects again."""
+    engine = single_statements(
+        create_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
+    )
+    try:
+        async with engine.connect() as conn:
+            before = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            await conn.execute(text("SET default_transaction_read_only = on"))
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await driver.fetch(conn, WRITE, {})
+            assert conn.invalidated
+        assert database_unavailable(refused.value)  # the API answers 503, not 500
+
+        async with engine.connect() as conn:  # a fresh connection: writes work again
+            after = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            rows = await driver.fetch(conn, WRITE, {})
+        assert after != before
+        assert list(rows) == []
+    finally:
+        await engine.dispose()
+
+
+WRITE = driver.DriverStatement.of(
+    text("UPDATE jobs SET version = version WHERE false RETURNING id")
+)
+"""A write (refused on a read-only server whatever it matches) that changes nothing."""

@@ -563,6 +563,8 @@ def unexpected_error_fields(exc: BaseException) -> dict[str, Any]:
     fields: dict[str, Any] = {"error_type": type(exc).__name__}
     original = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's
     cause = getattr(original, "__cause__", None) or original
+    if cause is None and getattr(exc, "sqlstate", None):
+        cause = exc  # the driver's own error: a statement sent past SQLAlchemy
     if cause is not None:
         fields["db_error_type"] = type(cause).__name__
         sqlstate = getattr(cause, "sqlstate", None) or getattr(original, "pgcode", None)

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from atlas_jobs._app.api.errors import install_error_handlers
+from atlas_jobs._app.api.errors import install_error_handlers, unexpected_error_fields
 from atlas_jobs._app.db.outages import database_unavailable
 
 
@@ -32,11 +32,15 @@ OUTAGES = [
     # A failover: the node we are on was demoted, or no host takes writes yet.
     _wrapped(asyncpg.exceptions.ReadOnlySQLTransactionError("read-only transaction")),
     asyncpg.exceptions.TargetServerAttributeNotMatched("no host matches read-write"),
+    # The driver's own errors, from a statement sent past SQLAlchemy (atlas_jobs._app.db.driver).
+    asyncpg.exceptions.AdminShutdownError("terminating connection"),
+    asyncpg.exceptions.ReadOnlySQLTransactionError("read-only transaction"),
 ]
 BUGS = [
     RuntimeError("a bug"),
     _wrapped(asyncpg.exceptions.UniqueViolationError("duplicate key")),
     _wrapped(asyncpg.exceptions.UndefinedColumnError("no such column")),
+    asyncpg.exceptions.CheckViolationError("new row violates check constraint"),
 ]
 
 
@@ -78,3 +82,15 @@ async def test_an_outage_answers_503_with_retry_after_and_a_bug_500() -> None:
             assert response.headers["retry-after"] == "2"
             assert response.json()["type"].endswith("database-unavailable")
         assert (await http.get("/bug")).status_code == 500
+
+
+def test_an_unexpected_driver_error_is_logged_with_its_sqlstate_not_its_message() -> None:
+    """A statement sent past SQLAlchemy raises the driver's own error: its log fields
+    carry the class and SQLSTATE as a wrapped one's do, never the message (which can
+    quote the values)."""
+    fields = unexpected_error_fields(
+        asyncpg.exceptions.CheckViolationError("Key (owner)=(secret) violates")
+    )
+    assert fields["db_error_type"] == "CheckViolationError"
+    assert fields["sqlstate"] == "23514"
+    assert "secret" not in repr(fields)

@@ -122,21 +122,20 @@ class RequestMoves(Service):
         job = _one_job(job_id, new)
         if not new.tags:
             job.pop("p_tags")
-        row = (
-            await conn.execute(
-                CREATE_KEYED_TAGGED if new.tags else CREATE_KEYED,
-                {
-                    "key_scope": f"{new.owner}:{key}",
-                    "key": key,
-                    "fingerprint": fingerprint,
-                    "admit_owner": new.owner,
-                    "admit_cap": admission_cap,
-                    **job,
-                    **self._move_params(TransitionName.CREATE, actor, None),
-                    "actor_key": actor.key_id,  # CREATE_KEYED always records it
-                },
-            )
-        ).one()
+        [row] = await driver.rows(
+            conn,
+            CREATE_KEYED_TAGGED if new.tags else CREATE_KEYED,
+            {
+                "key_scope": f"{new.owner}:{key}",
+                "key": key,
+                "fingerprint": fingerprint,
+                "admit_owner": new.owner,
+                "admit_cap": admission_cap,
+                **job,
+                **self._move_params(TransitionName.CREATE, actor, None),
+                "actor_key": actor.key_id,  # CREATE_KEYED always records it
+            },
+        )
         if not row.key_free:
             return KeyedRefusal.IN_FLIGHT
         if row.id is not None:

@@ -77,19 +77,26 @@ async def rows(
     """The rows of ``statement`` (read by position or attribute): through the driver on
     an autocommit connection, through SQLAlchemy inside a transaction it has begun."""
     if autocommit(conn):
-        return await fetch(conn, sent(statement), params)
+        return await _fetch(conn, sent(statement), params)
     return (await conn.execute(statement, params)).all()
 
 
 async def fetch(
-    conn: AsyncConnection, statement: DriverStatement, params: Mapping[str, Any]
+    conn: AsyncConnection, statement: TextClause | TextualSelect, params: Mapping[str, Any]
 ) -> Sequence[Any]:
-    """The rows of ``statement`` (:class:`DriverRow`), sent on ``conn``'s driver
-    connection; ``conn`` must be in autocommit. A failure that is not the server's
-    answer (the connection broke) invalidates ``conn``, so the pool never hands it out
-    again."""
+    """The rows of ``statement`` (:class:`DriverRow`), always through the driver:
+    ``conn`` must be in autocommit."""
     if not autocommit(conn):
         raise ValueError("driver statements run on autocommit connections only")
+    return await _fetch(conn, sent(statement), params)
+
+
+async def _fetch(
+    conn: AsyncConnection, statement: DriverStatement, params: Mapping[str, Any]
+) -> Sequence[Any]:
+    """``statement`` sent on ``conn``'s driver connection. A failure that is not the
+    server's answer (the connection broke), or an answer that says the connection is no
+    use (:func:`disconnect`), invalidates ``conn``, so the pool never hands it out again."""
     driver: Any = (await conn.get_raw_connection()).driver_connection
     try:
         found: Sequence[Any] = await driver.fetch(

@@ -39,7 +39,6 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from atlas_jobs._app.clock import NOW_SQL
-from atlas_jobs._app.db.driver import DriverStatement
 from atlas_jobs._app.db.moves import selected_writes
 from atlas_jobs._app.db.schema import JOB_STATUS_COLUMNS, TZ, jobs, lane_hash
 from atlas_jobs._app.fairness import DEFAULT_PRIORITY
@@ -536,9 +535,8 @@ _CLAIM_TO_RUN_COLUMNS = (
 CLAIM_TO_RUN = text(
     f"{_CLAIM_WRITES}SELECT {', '.join(_CLAIM_TO_RUN_COLUMNS)} FROM moved ORDER BY seq"
 ).columns(*(jobs.c[name] for name in _CLAIM_TO_RUN_COLUMNS))
-# The claim as the claimer sends it, to the driver (atlas_jobs._app.db.driver), and the
-# position of each column in its rows.
-CLAIM_TO_RUN_SENT = DriverStatement.of(CLAIM_TO_RUN)
+# The position of each column in the rows of the claim the claimer sends to the driver
+# (atlas_jobs._app.db.driver).
 CLAIM_TO_RUN_AT = {name: position for position, name in enumerate(_CLAIM_TO_RUN_COLUMNS)}
 
 # expired_leases: jobs whose lease ran out, locked for the reaper in a bounded batch,

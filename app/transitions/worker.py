@@ -17,8 +17,8 @@ from atlas_jobs._app.db import driver
 from atlas_jobs._app.db.moves import Actor, Applied, MoveResult, Rejected, Step, held_by
 from atlas_jobs._app.db.queries import (
     CLAIM,
+    CLAIM_TO_RUN,
     CLAIM_TO_RUN_AT,
-    CLAIM_TO_RUN_SENT,
     LEASE_FACTS,
     LOCK_FOR_PUBLICATION,
     RECORD_UNIT,
@@ -74,7 +74,7 @@ class WorkerMoves(Service):
         (:mod:`atlas_jobs._app.db.driver`) on ``conn``, an autocommit connection
         (:func:`~atlas_jobs._app.db.engine.single_statements`)."""
         rows = await driver.fetch(
-            conn, CLAIM_TO_RUN_SENT, self._claim_params(worker_id, handlers, limit)
+            conn, CLAIM_TO_RUN, self._claim_params(worker_id, handlers, limit)
         )
         kind, state = CLAIM_TO_RUN_AT["kind"], CLAIM_TO_RUN_AT["state"]
         claimed_at, since = CLAIM_TO_RUN_AT["updated_at"], CLAIM_TO_RUN_AT["available_at"]

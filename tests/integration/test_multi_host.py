@@ -129,7 +129,5 @@ async def test_a_statement_sent_to_the_driver_on_a_read_only_server_discards_its
         await engine.dispose()
 
 
-WRITE = driver.DriverStatement.of(
-    text("UPDATE jobs SET version = version WHERE false RETURNING id")
-)
+WRITE = text("UPDATE jobs SET version = version WHERE false RETURNING id")
 """A write (refused on a read-only server whatever it matches) that changes nothing."""

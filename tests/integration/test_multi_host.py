@@ -129,5 +129,29 @@ async def test_a_statement_sent_to_the_driver_on_a_read_only_server_discards_its
         await engine.dispose()
 
 
+async def test_a_statement_sent_to_the_driver_on_a_connection_closed_under_it_is_an_outage(
+    database_url: str,
+) -> None:
+    """The server goes away after the checkout's ping and before the statement (a
+    primary killed mid-failover): the driver refuses to send on the closed connection;
+    that is an outage (503), not a bug (500), and the pool never hands the connection
+    out again."""
+    engine = single_statements(create_engine(database_url, pool_size=1, max_overflow=0))
+    try:
+        async with engine.connect() as conn:
+            dropped = (await conn.get_raw_connection()).driver_connection
+            assert dropped is not None
+            dropped.terminate()  # as asyncpg sees a connection the server dropped
+            with pytest.raises(asyncpg.InterfaceError) as closed:
+                await driver.fetch(conn, WRITE, {})
+            assert conn.invalidated
+        assert database_unavailable(closed.value)
+
+        async with engine.connect() as conn:
+            assert list(await driver.fetch(conn, WRITE, {})) == []
+    finally:
+        await engine.dispose()
+
+
 WRITE = text("UPDATE jobs SET version = version WHERE false RETURNING id")
 """A write (refused on a read-only server whatever it matches) that changes nothing."""

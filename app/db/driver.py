@@ -106,10 +106,24 @@ async def _fetch(
         if disconnect(exc):
             await conn.invalidate()
         raise
+    except Exception as exc:
+        lost = driver.is_closed()  # before invalidating, which closes it
+        await conn.invalidate()
+        if lost and not isinstance(exc, ConnectionError):
+            raise ConnectionLostError(type(exc).__name__) from exc
+        raise
     except BaseException:
         await conn.invalidate()
         raise
     return found
+
+
+class ConnectionLostError(ConnectionError):
+    """The driver's connection closed under a statement -- the server went away before
+    or during it -- whatever the driver raised (``InterfaceError: connection is closed``
+    when the server's goodbye arrived after the checkout's ping, before the statement):
+    an outage, as SQLAlchemy's asyncpg dialect decides (``is_disconnect``: the connection
+    is closed after the error). The driver's error is its ``__cause__``."""
 
 
 def disconnect(exc: asyncpg.PostgresError) -> bool:

@@ -40,13 +40,4 @@ def database_unavailable(exc: BaseException) -> bool:
     sqlstate = str(getattr(exc, "sqlstate", None) or "")
     if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
         return True
-    return type(exc).__name__ in _UNAVAILABLE_CLASSES or _closed_under_us(exc)
-
-
-def _closed_under_us(exc: BaseException) -> bool:
-    """asyncpg's refusal to send on a connection it already knows is closed: the server
-    went away after the checkout's ping and before the statement. SQLAlchemy's asyncpg
-    dialect reads the same words as a disconnect (``is_disconnect``)."""
-    import asyncpg
-
-    return isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc)
+    return type(exc).__name__ in _UNAVAILABLE_CLASSES

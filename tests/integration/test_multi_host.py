@@ -142,7 +142,7 @@ async def test_a_statement_sent_to_the_driver_on_a_connection_closed_under_it_is
             dropped = (await conn.get_raw_connection()).driver_connection
             assert dropped is not None
             dropped.terminate()  # as asyncpg sees a connection the server dropped
-            with pytest.raises(asyncpg.InterfaceError) as closed:
+            with pytest.raises(ConnectionError) as closed:
                 await driver.fetch(conn, WRITE, {})
             assert conn.invalidated
         assert database_unavailable(closed.value)
@@ -155,3 +155,18 @@ async def test_a_statement_sent_to_the_driver_on_a_connection_closed_under_it_is
 
 WRITE = text("UPDATE jobs SET version = version WHERE false RETURNING id")
 """A write (refused on a read-only server whatever it matches) that changes nothing."""
+
+
+async def test_a_bad_parameter_sent_to_the_driver_is_a_bug_not_an_outage(database_url: str) -> None:
+    """A parameter the driver cannot encode is refused on a connection still good: a
+    bug (500), never read as an outage, and the connection is kept."""
+    engine = single_statements(create_engine(database_url, pool_size=1, max_overflow=0))
+    try:
+        async with engine.connect() as conn:
+            with pytest.raises(asyncpg.DataError) as refused:
+                await driver.fetch(conn, text("SELECT CAST(:n AS integer)"), {"n": "not a number"})
+            assert not conn.invalidated
+            assert list(await driver.fetch(conn, text("SELECT 1 AS one"), {})) == [(1,)]
+        assert not database_unavailable(refused.value)
+    finally:
+        await engine.dispose()

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from atlas_jobs._app.api.errors import install_error_handlers, unexpected_error_fields
+from atlas_jobs._app.db.driver import ConnectionLostError
 from atlas_jobs._app.db.outages import database_unavailable
 
 
@@ -35,6 +36,7 @@ OUTAGES = [
     # The driver's own errors, from a statement sent past SQLAlchemy (atlas_jobs._app.db.driver).
     asyncpg.exceptions.AdminShutdownError("terminating connection"),
     asyncpg.exceptions.ReadOnlySQLTransactionError("read-only transaction"),
+    ConnectionLostError("InterfaceError"),  # the connection closed under the statement
 ]
 BUGS = [
     RuntimeError("a bug"),

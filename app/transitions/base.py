@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from atlas_jobs._app.clock import Clock
 from atlas_jobs._app.db.moves import Actor, Executor
@@ -19,8 +19,12 @@ SYSTEM_SWEEPER = Actor(ActorKind.SYSTEM, "sweeper")
 SYSTEM_SCHEDULER = Actor(ActorKind.SYSTEM, "scheduler")
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+class NewJob(NamedTuple):
+    """A job to create: what its creator decides. Immutable; a named tuple rather than a
+    frozen dataclass because a batch of them is made and read per created job: one is
+    built in a fifth of the time, and a batch turns into the creation statement's arrays
+    in one transposition (``zip(*batch)``)."""
+
     owner: str
     kind: str
     kind_version: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -414,32 +414,39 @@ def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[s
     array per field in batch order. An optional field no job of the batch has is sent
     as ONE NULL, not an array of them: ``unnest`` pads a NULL array's column with NULLs,
     and the driver encodes no element (bulk creation carries none of them)."""
+    # Every field's values in batch order, in one transposition of the tuples.
+    values = zip(*batch, strict=True)
+    column: dict[str, tuple[Any, ...]] = dict(zip(NewJob._fields, values, strict=True))
     return {
         "p_id": list(ids),
-        "p_owner": [n.owner for n in batch],
-        "p_kind": [n.kind for n in batch],
-        "p_kind_version": [n.kind_version for n in batch],
-        "p_input": [json.dumps(dict(n.input)) for n in batch],
-        "p_max_attempts": [n.max_attempts for n in batch],
-        "p_max_elapsed_seconds": [n.max_elapsed_seconds for n in batch],
-        "p_request_id": _optional([n.request_id for n in batch]),
-        "p_idempotency_key": _optional([n.idempotency_key for n in batch]),
-        "p_replay_of": _optional([n.replay_of for n in batch]),
+        "p_owner": column["owner"],
+        "p_kind": column["kind"],
+        "p_kind_version": column["kind_version"],
+        "p_input": json.dumps([_document(job_input) for job_input in column["input"]]),
+        "p_max_attempts": column["max_attempts"],
+        "p_max_elapsed_seconds": column["max_elapsed_seconds"],
+        "p_request_id": _optional(column["request_id"]),
+        "p_idempotency_key": _optional(column["idempotency_key"]),
+        "p_replay_of": _optional(column["replay_of"]),
         "p_data": _optional([_creation_data(n) for n in batch]),
-        "p_run_at": _optional([n.run_at for n in batch]),
-        "p_run_after": _optional([n.run_after for n in batch]),
-        "p_start_by": _optional([n.start_by for n in batch]),
-        "p_start_within": _optional([n.start_within for n in batch]),
-        "p_priority": _optional([n.priority for n in batch]),
-        "p_concurrency_key": _optional([n.concurrency_key for n in batch]),
-        "p_concurrency_limit": _optional([n.concurrency_limit for n in batch]),
-        "p_concurrency_rate": _optional([n.concurrency_rate for n in batch]),
-        "p_concurrency_period_seconds": _optional([n.concurrency_period_seconds for n in batch]),
-        "p_tags": _optional([json.dumps(list(n.tags)) if n.tags else None for n in batch]),
+        "p_run_at": _optional(column["run_at"]),
+        "p_run_after": _optional(column["run_after"]),
+        "p_start_by": _optional(column["start_by"]),
+        "p_start_within": _optional(column["start_within"]),
+        "p_priority": _optional(column["priority"]),
+        "p_concurrency_key": _optional(column["concurrency_key"]),
+        "p_concurrency_limit": _optional(column["concurrency_limit"]),
+        "p_concurrency_rate": _optional(column["concurrency_rate"]),
+        "p_concurrency_period_seconds": _optional(column["concurrency_period_seconds"]),
+        "p_tags": _optional([json.dumps(list(tags)) if tags else None for tags in column["tags"]]),
     }
 
 
-def _optional(values: list[_T | None]) -> list[_T | None] | None:
+def _document(value: Mapping[str, Any]) -> dict[str, Any]:
+    return value if type(value) is dict else dict(value)
+
+
+def _optional(values: Sequence[_T | None]) -> Sequence[_T | None] | None:
     """A creation parameter array, or NULL when every element is NULL (counted in C: a
     batch checks fourteen optional fields of every job)."""
     return None if values.count(None) == len(values) else values

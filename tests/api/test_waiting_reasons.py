@@ -4,7 +4,6 @@ the API's view of the claim's lanes and keys, with the labels people read."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,8 +103,8 @@ async def test_a_job_whose_key_has_no_start_left_waits_for_its_start_rate(
     clock: Clock,
 ) -> None:
     await register(engine, clock)
-    paced = replace(noop("alice", "api"), concurrency_limit=None)
-    paced = replace(paced, concurrency_rate=1, concurrency_period_seconds=3600.0)
+    paced = noop("alice", "api")._replace(concurrency_limit=None)
+    paced = paced._replace(concurrency_rate=1, concurrency_period_seconds=3600.0)
     await created(engine, transitions, paced)
     held = await created(engine, transitions, paced)
     async with engine.begin() as conn:

@@ -6,7 +6,6 @@ for nothing). The status read answers the same columns."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -60,7 +59,7 @@ async def test_every_creation_statement_returns_the_status_columns(
             ]
             keyed = await transitions.create_keyed(
                 conn,
-                dataclasses.replace(NEW, idempotency_key="k-columns"),
+                NEW._replace(idempotency_key="k-columns"),
                 fingerprint="f",
                 actor=CLIENT,
                 admission_cap=100,

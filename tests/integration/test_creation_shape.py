@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from typing import Any
 
 from sqlalchemy import select, text
@@ -34,7 +34,7 @@ NEW = NewJob(
 
 
 def arrays(params: dict[str, Any]) -> set[str]:
-    return {name for name, value in params.items() if isinstance(value, list)}
+    return {name for name, value in params.items() if isinstance(value, list | tuple)}
 
 
 async def test_one_job_binds_scalars_and_a_batch_binds_arrays_with_the_same_outcome(
@@ -53,7 +53,9 @@ async def test_one_job_binds_scalars_and_a_batch_binds_arrays_with_the_same_outc
             batch = await transitions.create_many(conn, [NEW, NEW], actor=CLIENT)
     [(statement, params)] = many
     assert "unnest" in statement
-    assert {"p_id", "p_owner", "p_input", "p_request_id"} <= arrays(params)
+    assert {"p_id", "p_owner", "p_request_id"} <= arrays(params)
+    # The inputs: ONE JSON array of the batch's documents, in batch order.
+    assert json.loads(params["p_input"]) == [dict(NEW.input), dict(NEW.input)]
     assert params["p_data"] is None  # no job of the batch carries it: one NULL
     assert [created.job.id for created in batch] == params["p_id"]  # in batch order
 
@@ -74,7 +76,7 @@ async def test_one_job_binds_scalars_and_a_batch_binds_arrays_with_the_same_outc
 async def test_the_keyed_creation_binds_scalars(
     engine: AsyncEngine, transitions: Transitions
 ) -> None:
-    keyed = dataclasses.replace(NEW, idempotency_key="k-1")
+    keyed = NEW._replace(idempotency_key="k-1")
     with sent(engine) as seen:
         async with engine.begin() as conn:
             created = await transitions.create_keyed(

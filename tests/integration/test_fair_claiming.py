@@ -268,6 +268,28 @@ async def test_the_sweeper_drops_empty_lanes_and_a_new_job_brings_its_lane_back(
     assert row.id != again
 
 
+async def test_a_creation_adds_every_lane_it_brings_be_it_one_or_several(
+    engine: AsyncEngine, transitions: Transitions
+) -> None:
+    """A batch of one lane (several jobs, one owner, kind and key) adds that lane; a batch
+    of several adds each, an owner's two keys apart; the lanes a batch finds are kept."""
+
+    async def lanes() -> list[tuple[str, str]]:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text("SELECT owner, concurrency_key FROM claim_lanes ORDER BY 1, 2")
+            )
+            return [(row.owner, row.concurrency_key) for row in found]
+
+    await create(engine, transitions, [new("carol"), new("carol", priority=9), new("carol")])
+    assert await lanes() == [("carol", "")]
+    await create(engine, transitions, [new("bob", key="k1"), new("bob", key="k2")])
+    await create(engine, transitions, [new("carol"), new("dave")])
+    assert await lanes() == [("bob", "k1"), ("bob", "k2"), ("carol", ""), ("dave", "")]
+    claimed = Counter(row.owner for row in await claim(engine, transitions, 10))
+    assert claimed == {"carol": 4, "bob": 2, "dave": 1}
+
+
 async def test_a_lane_with_queued_work_is_never_pruned(
     engine: AsyncEngine, transitions: Transitions
 ) -> None:

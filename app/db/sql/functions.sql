@@ -167,45 +167,83 @@ $function$;
 -- declared, the rate also in force). A key an operator set before any job named it takes
 -- the declaration of the first jobs that name it (the operator's own values stay in
 -- force); only such a key's row is written, so no other key's row is locked. One pass
--- over the new rows finds the kinds, the owners and whether any key is named: the
--- notifications and locks are then calls, not statements, and a creation that names no
--- key runs no statement for keys. Last written by revision 4b7d9e1f3a25.
+-- over the new rows counts them, asks whether they are all of one lane (a batch is one
+-- owner's, mostly of one kind) and whether any key is named: one lane's wake-up, backlog
+-- and lane are then written as one row each, with no sort; rows of several lanes are
+-- grouped by kind, owner and lane; a creation that names no key runs no statement for
+-- keys. Last written by revision 6d2f8a4c1e93.
 CREATE OR REPLACE FUNCTION public.atlas_jobs_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    new_queued bigint;
+    new_unfinished bigint;
+    one_lane boolean;
+    lane_owner text;
+    lane_kind text;
+    lane_version integer;
+    lane_key text;
     queued_kinds text[];
     queued_owners text[];
     keyed boolean;
     item text;
     ignored boolean;
 BEGIN
-    SELECT array_agg(DISTINCT n.kind) FILTER (WHERE n.state = 'queued'),
-           array_agg(DISTINCT n.owner ORDER BY n.owner) FILTER (WHERE n.state = 'queued'),
+    SELECT count(*) FILTER (WHERE n.state = 'queued'),
+           count(*) FILTER (WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')),
+           min(n.owner COLLATE "C") = max(n.owner COLLATE "C")
+               AND min(n.kind COLLATE "C") = max(n.kind COLLATE "C")
+               AND min(n.kind_version) = max(n.kind_version)
+               AND min(n.concurrency_key COLLATE "C") = max(n.concurrency_key COLLATE "C"),
+           min(n.owner COLLATE "C"), min(n.kind COLLATE "C"), min(n.kind_version),
+           min(n.concurrency_key COLLATE "C"),
            bool_or(n.concurrency_key <> '')
-      INTO queued_kinds, queued_owners, keyed
+      INTO new_queued, new_unfinished, one_lane, lane_owner, lane_kind, lane_version, lane_key,
+           keyed
       FROM new_rows AS n;
-    FOREACH item IN ARRAY coalesce(queued_kinds, '{}') LOOP
-        ignored := pg_notify('atlas_work', item) IS NULL;
-    END LOOP;
-    INSERT INTO owner_backlog AS b (owner, slot, unfinished)
-    SELECT n.owner, (pg_backend_pid() & 15)::smallint, count(*)
-      FROM new_rows AS n
-     WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')
-     GROUP BY 1
-     ORDER BY 1
-    ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
-    IF queued_owners IS NOT NULL THEN
-        FOREACH item IN ARRAY queued_owners LOOP
-            ignored := pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || item, 0)) IS NULL;
+    IF one_lane THEN
+        IF new_queued > 0 THEN
+            ignored := pg_notify('atlas_work', lane_kind) IS NULL;
+        END IF;
+        IF new_unfinished > 0 THEN
+            INSERT INTO owner_backlog AS b (owner, slot, unfinished)
+            VALUES (lane_owner, (pg_backend_pid() & 15)::smallint, new_unfinished)
+            ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
+        END IF;
+        IF new_queued > 0 THEN
+            ignored := pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || lane_owner, 0)) IS NULL;
+            INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
+            VALUES (lane_owner, lane_kind, lane_version, lane_key,
+                    COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0))
+            ON CONFLICT DO NOTHING;
+        END IF;
+    ELSE
+        SELECT array_agg(DISTINCT n.kind) FILTER (WHERE n.state = 'queued'),
+               array_agg(DISTINCT n.owner ORDER BY n.owner) FILTER (WHERE n.state = 'queued')
+          INTO queued_kinds, queued_owners
+          FROM new_rows AS n;
+        FOREACH item IN ARRAY coalesce(queued_kinds, '{}') LOOP
+            ignored := pg_notify('atlas_work', item) IS NULL;
         END LOOP;
-        INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
-        SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
-               COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
+        INSERT INTO owner_backlog AS b (owner, slot, unfinished)
+        SELECT n.owner, (pg_backend_pid() & 15)::smallint, count(*)
           FROM new_rows AS n
-         WHERE n.state = 'queued'
-        ON CONFLICT DO NOTHING;
+         WHERE n.state NOT IN ('canceled', 'failed', 'succeeded')
+         GROUP BY 1
+         ORDER BY 1
+        ON CONFLICT (owner, slot) DO UPDATE SET unfinished = b.unfinished + EXCLUDED.unfinished;
+        IF queued_owners IS NOT NULL THEN
+            FOREACH item IN ARRAY queued_owners LOOP
+                ignored := pg_advisory_xact_lock_shared(hashtextextended('atlas.lanes:' || item, 0)) IS NULL;
+            END LOOP;
+            INSERT INTO claim_lanes (owner, kind, kind_version, concurrency_key, served)
+            SELECT DISTINCT n.owner, n.kind, n.kind_version, n.concurrency_key,
+                   COALESCE((SELECT min(l.served) FROM claim_lanes AS l) - 1, 0)
+              FROM new_rows AS n
+             WHERE n.state = 'queued'
+            ON CONFLICT DO NOTHING;
+        END IF;
     END IF;
     IF keyed THEN
         WITH named AS MATERIALIZED (

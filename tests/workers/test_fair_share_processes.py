@@ -13,7 +13,6 @@ with the fleet's own concurrency and prefetch, so they follow the code if it cha
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import Any, cast
 
@@ -150,7 +149,7 @@ async def test_one_owners_backlog_delays_another_owners_job_by_about_one_claim_b
     batch = claim_batch(CONCURRENCY, PREFETCH)
     bound = 2 * WORKERS * batch
     backlog = 3_000
-    big = dataclasses.replace(NOOP, owner="big")
+    big = NOOP._replace(owner="big")
     async with engine.begin() as conn:
         await transitions.create_many(conn, [big] * backlog, actor=PRODUCER)
     fleet = await start_fleet(engine, make_fleet, "fair")
@@ -163,9 +162,7 @@ async def test_one_owners_backlog_delays_another_owners_job_by_about_one_claim_b
             what="the workers busy with big's backlog",
         )
         async with engine.begin() as conn:
-            created = await transitions.create(
-                conn, dataclasses.replace(NOOP, owner="small"), actor=PRODUCER
-            )
+            created = await transitions.create(conn, NOOP._replace(owner="small"), actor=PRODUCER)
         small = created.job.id
         async with engine.connect() as conn:
             visible_at = await conn.scalar(DATABASE_CLOCK)  # after small's job committed
@@ -223,7 +220,7 @@ async def test_claims_follow_an_operators_shares_between_owners_on_worker_proces
     async with engine.begin() as conn:  # one commit: both backlogs arrive at once
         await scheduling_settings.set_share(conn, "heavy", 3, actor="operator:ops", note=None)
         for owner in ("light", "heavy"):
-            job = dataclasses.replace(NOOP, owner=owner)
+            job = NOOP._replace(owner=owner)
             await transitions.create_many(conn, [job] * each, actor=PRODUCER)
     try:
         await eventually(

@@ -5,7 +5,6 @@ sweeper ends it (``failed``, ``start_deadline_passed``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 from sqlalchemy import text
@@ -45,9 +44,9 @@ async def test_delays_hold_and_a_missed_start_deadline_never_runs_on_a_real_work
             for created in await transitions.create_many(
                 conn,
                 [
-                    dataclasses.replace(noop, start_within=DEADLINE_SECONDS),
-                    dataclasses.replace(noop, run_after=DELAY_SECONDS),
-                    dataclasses.replace(noop, start_within=600.0),
+                    noop._replace(start_within=DEADLINE_SECONDS),
+                    noop._replace(run_after=DELAY_SECONDS),
+                    noop._replace(start_within=600.0),
                 ],
                 actor=CLIENT,
             )

@@ -1,6 +1,6 @@
 """``make bench``: the project's own benchmarks (performance goals), one table and one JSON file.
 
-Five sections, each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
+Seven sections; the first six each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
 at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
 role must be allowed to create databases):
 
@@ -54,10 +54,19 @@ role must be allowed to create databases):
     The operators' chart queries (last hour, last day) and the two statements of the
     workers' rollup pass at 1,000,000 jobs, each against a primary-key read of one job
     (:mod:`benchmarks.charts`). Goal: a chart query at most 50 ms.
+``peers`` (last, outside the time budget)
+    The shared peer harness (outside this repository, :mod:`benchmarks.peers`) once with
+    PGQueuer and Atlas on its own PostgreSQL 15: Atlas over PGQueuer in that run for the
+    drain at C=16, bulk and one-by-one enqueue and the pickup's p50, each against the
+    same ratio before the scheduling work (``benchmarks/peer_baseline.json``). Skipped,
+    with the reason printed, when the harness is not there.
 
 Knobs (environment variables, defaults in brackets):
 
-- ``BENCH_SECTIONS`` [``http,kinds,claim,bloat,charts``]: which sections run.
+- ``BENCH_SECTIONS`` [``http,kinds,claim,bloat,operators,charts,peers``]: which sections run.
+- ``BENCH_PEER_HARNESS`` [``../shared/bench``], ``BENCH_PEER_JOBS`` [20000],
+  ``BENCH_PEER_SINGLE_JOBS`` [2000]: the peer harness's folder, its drain and bulk size
+  and its one-by-one size.
 - ``BENCH_CHARTS_JOBS`` [1000000], ``BENCH_CHARTS_HISTORY`` [1000000],
   ``BENCH_CHARTS_RECENT`` [60000], ``BENCH_CHARTS_REPEATS`` [200]: the charts section's
   jobs, old history rows, history rows of the last minute, and timed repeats.
@@ -133,7 +142,7 @@ from atlas_jobs._app.lifecycle import ActorKind
 from atlas_jobs._app.settings import Settings
 from atlas_jobs._app.transitions import Actor, Applied, Transitions
 from atlas_jobs._workers.handlers import registry
-from benchmarks import charts, operators
+from benchmarks import charts, operators, peers
 from benchmarks.loadgen import percentile
 from benchmarks.peer_adapter import Atlas, migrate, reset_database
 
@@ -156,6 +165,9 @@ def _int(name: str, default: int) -> int:
 def _ints(name: str, default: str) -> list[int]:
     raw = os.environ.get(name, default)
     return sorted({int(part.replace("_", "")) for part in raw.split(",") if part.strip()})
+
+
+SECTIONS = ("http", "kinds", "claim", "bloat", "operators", "charts", "peers")
 
 
 @dataclass(frozen=True)
@@ -184,16 +196,15 @@ class Knobs:
     charts_history: int = 1_000_000
     charts_recent: int = 60_000
     charts_repeats: int = 200
+    peer_jobs: int = 20_000
+    peer_single_jobs: int = 2_000
 
     @classmethod
     def from_environment(cls) -> Knobs:
         sections = tuple(
-            s.strip()
-            for s in os.environ.get(
-                "BENCH_SECTIONS", "http,kinds,claim,bloat,operators,charts"
-            ).split(",")
+            s.strip() for s in os.environ.get("BENCH_SECTIONS", ",".join(SECTIONS)).split(",")
         )
-        unknown = set(sections) - {"http", "kinds", "claim", "bloat", "operators", "charts"}
+        unknown = set(sections) - set(SECTIONS)
         if unknown:
             raise SystemExit(f"BENCH_SECTIONS: unknown section(s) {sorted(unknown)}")
         return cls(
@@ -221,6 +232,8 @@ class Knobs:
             charts_history=_int("BENCH_CHARTS_HISTORY", 1_000_000),
             charts_recent=_int("BENCH_CHARTS_RECENT", 60_000),
             charts_repeats=_int("BENCH_CHARTS_REPEATS", 200),
+            peer_jobs=_int("BENCH_PEER_JOBS", 20_000),
+            peer_single_jobs=_int("BENCH_PEER_SINGLE_JOBS", 2_000),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -245,6 +258,8 @@ class Knobs:
             "charts_history": self.charts_history,
             "charts_recent": self.charts_recent,
             "charts_repeats": self.charts_repeats,
+            "peer_jobs": self.peer_jobs,
+            "peer_single_jobs": self.peer_single_jobs,
         }
 
 
@@ -1246,6 +1261,9 @@ def goals(results: dict[str, Any], knobs_sizes: Sequence[int] = ()) -> list[dict
                     "met": chart_results[name + "_ms"] <= 50.0,
                 }
             )
+    peer_results = results.get("peers")
+    if peer_results and "ratios" in peer_results:
+        rows += peers.goal_rows(peer_results["ratios"], peers.baseline())
     return rows
 
 
@@ -1330,7 +1348,46 @@ async def run_suite(knobs: Knobs, base_url: str, run_id: str) -> dict[str, Any]:
         results["operators"] = await section_operators(base_url, knobs, run_id)
     if "charts" in knobs.sections:
         results["charts"] = await section_charts(base_url, knobs, run_id, budget)
+    if "peers" in knobs.sections:
+        results["peers"] = await asyncio.to_thread(section_peers, knobs)
     return results
+
+
+PEERS_TIMEOUT_SECONDS = 900.0
+"""The harness's own bound is 600 s per adapter call; a whole run at the defaults takes
+about two minutes."""
+
+
+def section_peers(knobs: Knobs) -> dict[str, Any]:
+    """Atlas and PGQueuer in one run of the shared peer harness (:mod:`benchmarks.peers`),
+    from a working copy under the results folder; ``skipped`` with the reason when the
+    harness is not there, ``failed`` with its output when it fails (the other sections'
+    figures are reported all the same)."""
+    folder = peers.harness()
+    if folder is None:
+        reason = "no peer harness (run_peers.sh) at BENCH_PEER_HARNESS or ../shared/bench"
+        log(f"[bench] peers: skipped: {reason}")
+        return {"skipped": reason}
+    copy = peers.working_copy(folder, knobs.results_dir / "peer-harness")
+    try:
+        found = peers.run(
+            copy,
+            jobs=knobs.peer_jobs,
+            single_jobs=knobs.peer_single_jobs,
+            timeout=PEERS_TIMEOUT_SECONDS,
+        )
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        log(f"[bench] peers: failed: {exc}")
+        return {"harness": str(folder), "failed": str(exc)}
+    measured = peers.ratios(found["results"])
+    log(f"[bench] peers: {measured} ({found['path']})")
+    return {
+        "harness": str(folder),
+        "run": found["meta"].get("stamp"),
+        "path": found["path"],
+        "results": found["results"],
+        "ratios": measured,
+    }
 
 
 async def section_operators(base_url: str, knobs: Knobs, run_id: str) -> dict[str, Any]:
@@ -1423,6 +1480,9 @@ def main() -> None:
     details = detail_tables(results)
     if details:
         print("\n" + details)
+    for outcome in ("skipped", "failed"):
+        if why := results.get("peers", {}).get(outcome):
+            print(f"\npeers: {outcome}: {why[-2000:]}")
     print(f"\nJSON: {path}")
 
 

@@ -37,6 +37,9 @@ TINY = {
     "BENCH_CHARTS_RECENT": "2000",
     "BENCH_CHARTS_REPEATS": "5",
     "BENCH_BULK_JOBS": "300",
+    # The peer harness (outside the repository, two minutes) has its own test:
+    # tests/bench/test_peer_section.py.
+    "BENCH_PEER_HARNESS": "/nonexistent/peer-harness",
 }
 HTTP_PAIRS = ("create", "create_idempotent", "status_200", "status_304")
 
@@ -152,6 +155,7 @@ def test_the_suite_reports_every_figure(pg_server: Server, tmp_path: Path) -> No
         assert row["ratio"] > 0
         assert f"{row['ratio']:.2f}" in done.stdout
     assert str(path) in done.stdout
+    assert "peers: skipped: no peer harness" in done.stdout
 
 
 @pytest.mark.slow

@@ -3,13 +3,15 @@
 The harness (``run_peers.sh``, outside this repository: ``BENCH_PEER_HARNESS``, by default
 ``../shared/bench`` beside the checkout) starts its own PostgreSQL 15, installs PGQueuer
 from PyPI in a virtualenv of its own, and measures each system through its adapter --
-Atlas through ``benchmarks/peer-adapter``. It runs from a working copy under the results
-folder (``peer-harness/``, git-ignored), which keeps its virtualenv and its runs: the
-harness's own folder is only read. This section runs it once with PGQueuer and
-Atlas (no pgbench baselines, no Procrastinate), reads the run's JSON and reports Atlas
-over PGQueuer in the same run for each figure, against the same ratios measured before
-the scheduling work (``peer_baseline.json``: what "the peer ratios do not fall" is held
-to). Without the harness the section is skipped and says why.
+Atlas through ``benchmarks/peer-adapter``. It runs from a working copy
+(``BENCH_PEER_WORKDIR``, by default ``.atlas/peer-harness``, git-ignored beside the
+embedded PostgreSQL), which keeps its virtualenv and its runs: the harness's own folder
+is only read. This section runs it with PGQueuer and Atlas
+(no pgbench baselines, no Procrastinate), reads each run's JSON and reports Atlas over
+PGQueuer in the same run for each figure, the mean over the runs, against the same
+ratios measured before the scheduling work (``peer_baseline.json``: what "the peer
+ratios do not fall" is held to). Without the harness the section is skipped and says
+why.
 """
 
 from __future__ import annotations
@@ -84,6 +86,16 @@ def ratios(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     }
 
 
+def mean_ratios(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each figure's mean over the runs that measured it."""
+    names = [f.name for f in FIGURES if any(f.name in run for run in runs)]
+    return {
+        name: round(sum(found) / len(found), 3)
+        for name in names
+        if (found := [run[name] for run in runs if name in run])
+    }
+
+
 def baseline() -> dict[str, Any]:
     found: dict[str, Any] = json.loads(BASELINE.read_text())
     return found
@@ -109,6 +121,11 @@ def goal_rows(measured: Mapping[str, float], before: Mapping[str, Any]) -> list[
             }
         )
     return rows
+
+
+def workdir() -> Path:
+    """Where the harness's working copy is kept."""
+    return Path(os.environ.get("BENCH_PEER_WORKDIR", REPO / ".atlas" / "peer-harness"))
 
 
 def working_copy(folder: Path, into: Path) -> Path:

@@ -55,18 +55,21 @@ role must be allowed to create databases):
     workers' rollup pass at 1,000,000 jobs, each against a primary-key read of one job
     (:mod:`benchmarks.charts`). Goal: a chart query at most 50 ms.
 ``peers`` (last, outside the time budget)
-    The shared peer harness (outside this repository, :mod:`benchmarks.peers`) once with
-    PGQueuer and Atlas on its own PostgreSQL 15: Atlas over PGQueuer in that run for the
-    drain at C=16, bulk and one-by-one enqueue and the pickup's p50, each against the
-    same ratio before the scheduling work (``benchmarks/peer_baseline.json``). Skipped,
+    The shared peer harness (outside this repository, :mod:`benchmarks.peers`) with
+    PGQueuer and Atlas on its own PostgreSQL 15, ``BENCH_PEER_ROUNDS`` times: Atlas over
+    PGQueuer in each run for the drain at C=16, bulk and one-by-one enqueue and the
+    pickup's p50, their mean against the same ratio before the scheduling work
+    (``benchmarks/peer_baseline.json``). Skipped,
     with the reason printed, when the harness is not there.
 
 Knobs (environment variables, defaults in brackets):
 
 - ``BENCH_SECTIONS`` [``http,kinds,claim,bloat,operators,charts,peers``]: which sections run.
 - ``BENCH_PEER_HARNESS`` [``../shared/bench``], ``BENCH_PEER_JOBS`` [20000],
-  ``BENCH_PEER_SINGLE_JOBS`` [2000]: the peer harness's folder, its drain and bulk size
-  and its one-by-one size.
+  ``BENCH_PEER_SINGLE_JOBS`` [2000], ``BENCH_PEER_ROUNDS`` [2],
+  ``BENCH_PEER_WORKDIR`` [``.atlas/peer-harness``]: the peer harness's folder, its drain
+  and bulk size, its one-by-one size, how many runs (each ratio is their mean: one run's
+  ratios move by a third), and where the working copy it runs from is kept.
 - ``BENCH_CHARTS_JOBS`` [1000000], ``BENCH_CHARTS_HISTORY`` [1000000],
   ``BENCH_CHARTS_RECENT`` [60000], ``BENCH_CHARTS_REPEATS`` [200]: the charts section's
   jobs, old history rows, history rows of the last minute, and timed repeats.
@@ -198,6 +201,7 @@ class Knobs:
     charts_repeats: int = 200
     peer_jobs: int = 20_000
     peer_single_jobs: int = 2_000
+    peer_rounds: int = 2
 
     @classmethod
     def from_environment(cls) -> Knobs:
@@ -234,6 +238,7 @@ class Knobs:
             charts_repeats=_int("BENCH_CHARTS_REPEATS", 200),
             peer_jobs=_int("BENCH_PEER_JOBS", 20_000),
             peer_single_jobs=_int("BENCH_PEER_SINGLE_JOBS", 2_000),
+            peer_rounds=_int("BENCH_PEER_ROUNDS", 2),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -260,6 +265,7 @@ class Knobs:
             "charts_repeats": self.charts_repeats,
             "peer_jobs": self.peer_jobs,
             "peer_single_jobs": self.peer_single_jobs,
+            "peer_rounds": self.peer_rounds,
         }
 
 
@@ -1359,8 +1365,8 @@ about two minutes."""
 
 
 def section_peers(knobs: Knobs) -> dict[str, Any]:
-    """Atlas and PGQueuer in one run of the shared peer harness (:mod:`benchmarks.peers`),
-    from a working copy under the results folder; ``skipped`` with the reason when the
+    """Atlas and PGQueuer in runs of the shared peer harness (:mod:`benchmarks.peers`),
+    from a working copy of it (``BENCH_PEER_WORKDIR``); ``skipped`` with the reason when the
     harness is not there, ``failed`` with its output when it fails (the other sections'
     figures are reported all the same)."""
     folder = peers.harness()
@@ -1368,25 +1374,32 @@ def section_peers(knobs: Knobs) -> dict[str, Any]:
         reason = "no peer harness (run_peers.sh) at BENCH_PEER_HARNESS or ../shared/bench"
         log(f"[bench] peers: skipped: {reason}")
         return {"skipped": reason}
-    copy = peers.working_copy(folder, knobs.results_dir / "peer-harness")
-    try:
-        found = peers.run(
-            copy,
-            jobs=knobs.peer_jobs,
-            single_jobs=knobs.peer_single_jobs,
-            timeout=PEERS_TIMEOUT_SECONDS,
+    copy = peers.working_copy(folder, peers.workdir())
+    runs: list[dict[str, Any]] = []
+    for _ in range(max(knobs.peer_rounds, 1)):
+        try:
+            found = peers.run(
+                copy,
+                jobs=knobs.peer_jobs,
+                single_jobs=knobs.peer_single_jobs,
+                timeout=PEERS_TIMEOUT_SECONDS,
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            log(f"[bench] peers: failed: {exc}")
+            return {"harness": str(folder), "failed": str(exc)}
+        runs.append(
+            {
+                "run": found["meta"].get("stamp"),
+                "path": found["path"],
+                "ratios": peers.ratios(found["results"]),
+                "results": found["results"],
+            }
         )
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        log(f"[bench] peers: failed: {exc}")
-        return {"harness": str(folder), "failed": str(exc)}
-    measured = peers.ratios(found["results"])
-    log(f"[bench] peers: {measured} ({found['path']})")
+        log(f"[bench] peers: {runs[-1]['ratios']} ({found['path']})")
     return {
         "harness": str(folder),
-        "run": found["meta"].get("stamp"),
-        "path": found["path"],
-        "results": found["results"],
-        "ratios": measured,
+        "runs": runs,
+        "ratios": peers.mean_ratios([r["ratios"] for r in runs]),
     }
 
 

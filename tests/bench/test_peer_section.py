@@ -56,6 +56,13 @@ def test_ratios_are_atlas_over_pgqueuer_in_the_same_run() -> None:
     assert "drain_c16" not in peers.ratios([r for r in RUN if r["mode"] != "drain"])
 
 
+def test_the_runs_ratios_are_averaged_figure_by_figure() -> None:
+    assert peers.mean_ratios([{"drain_c16": 0.8, "pickup_p50": 1.0}, {"drain_c16": 1.2}]) == {
+        "drain_c16": 1.0,
+        "pickup_p50": 1.0,
+    }
+
+
 def test_each_ratio_is_held_to_its_value_before_the_scheduling_work() -> None:
     before = {
         "ratios": {"drain_c16": 1.2, "enqueue_bulk": 0.7, "enqueue_one": 0.8, "pickup_p50": 1.0}
@@ -90,17 +97,18 @@ def test_the_section_runs_the_harness_and_reports_a_goal_row_per_figure(
     monkeypatch.setenv("BENCH_PEER_HARNESS", str(harness))
     monkeypatch.setenv("DATABASE_URL", "postgresql://ours/not-the-harness")
     monkeypatch.setenv("BENCH_PEER_JOBS", "300")
-    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path / "bench-results"))
+    monkeypatch.setenv("BENCH_PEER_ROUNDS", "2")
+    monkeypatch.setenv("BENCH_PEER_WORKDIR", str(tmp_path / "workdir"))
 
     found = section_peers(Knobs.from_environment())
 
-    assert found["run"] == "s-1"
-    # Run from a working copy under the results folder; the harness's folder only read.
-    copy = tmp_path / "bench-results" / "peer-harness"
-    assert found["path"] == str(copy / "results" / "peers-s-1.json")
+    assert [run["run"] for run in found["runs"]] == ["s-1", "s-1"]  # two rounds
+    # Run from a working copy; the harness's folder is only read.
+    copy = tmp_path / "workdir"
+    assert found["runs"][0]["path"] == str(copy / "results" / "peers-s-1.json")
     assert not (harness / "results").exists()
     assert found["ratios"]["drain_c16"] == 1.25
-    stored = json.loads(Path(found["path"]).read_text())
+    stored = json.loads(Path(found["runs"][0]["path"]).read_text())
     assert stored["meta"]["jobs"] == 300  # BENCH_PEER_JOBS reached the harness as N
     assert stored["meta"]["concurrencies"] == ["16"]
     rows = [row for row in goals({"peers": found}) if row["figure"].startswith("peer harness")]
@@ -125,7 +133,7 @@ def test_a_failing_harness_is_reported_with_its_output_and_no_goal_rows(
     script.write_text("#!/bin/sh\necho 'initdb: could not start' >&2\nexit 3\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("BENCH_PEER_HARNESS", str(harness))
-    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path / "bench-results"))
+    monkeypatch.setenv("BENCH_PEER_WORKDIR", str(tmp_path / "workdir"))
     found = section_peers(Knobs.from_environment())
     assert "initdb: could not start" in found["failed"]
     assert goals({"peers": found}) == []

@@ -1,8 +1,8 @@
 """``make bench``: the project's own benchmarks (performance goals), one table and one JSON file.
 
-Seven sections; the first six each on a throwaway database (``atlas_bench_<section>_<run>``, dropped
-at the end) of the embedded PostgreSQL, or of the server ``DATABASE_URL`` names (its
-role must be allowed to create databases):
+Seven sections. All but the last run on throwaway databases
+(``atlas_bench_<section>_<run>``, dropped at the end) of the embedded PostgreSQL, or of
+the server ``DATABASE_URL`` names (its role must be allowed to create databases):
 
 ``http``
     A real ``atlas-jobs api`` process (uvicorn, h11, as shipped) and, beside it, the bare
@@ -50,6 +50,9 @@ role must be allowed to create databases):
     ``attempts``, each index's size, dead tuples, autovacuum count and the load average.
     Every churned job is accounted for: ``succeeded`` in the table, or pruned (counted by
     the pruner), and nothing else. Ratio: ``jobs`` at the largest size / at the smallest.
+``operators``
+    Search pages at two table sizes and a bulk resume against the drain rate
+    (:mod:`benchmarks.operators`).
 ``charts``
     The operators' chart queries (last hour, last day) and the two statements of the
     workers' rollup pass at 1,000,000 jobs, each against a primary-key read of one job
@@ -59,8 +62,8 @@ role must be allowed to create databases):
     PGQueuer and Atlas on its own PostgreSQL 15, ``BENCH_PEER_ROUNDS`` times: Atlas over
     PGQueuer in each run for the drain at C=16, bulk and one-by-one enqueue and the
     pickup's p50, their mean against the same ratio before the scheduling work
-    (``benchmarks/peer_baseline.json``). Skipped,
-    with the reason printed, when the harness is not there.
+    (``benchmarks/peer_baseline.json``). Skipped, with the reason printed, when the
+    harness is not there.
 
 Knobs (environment variables, defaults in brackets):
 

@@ -45,6 +45,21 @@ echo "results: results/peers-s-1.json   (raw: x)   wall: 1 s"
 """
 
 
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, **files: str) -> Path:
+    """A harness folder holding ``script`` as its run_peers.sh (and ``files``), named by
+    BENCH_PEER_HARNESS; its working copy under ``tmp_path``."""
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    run_peers = harness / "run_peers.sh"
+    run_peers.write_text(script)
+    run_peers.chmod(run_peers.stat().st_mode | stat.S_IXUSR)
+    for name, content in files.items():
+        (harness / name).write_text(content)
+    monkeypatch.setenv("BENCH_PEER_HARNESS", str(harness))
+    monkeypatch.setenv("BENCH_PEER_WORKDIR", str(tmp_path / "workdir"))
+    return harness
+
+
 def test_ratios_are_atlas_over_pgqueuer_in_the_same_run() -> None:
     assert peers.ratios(RUN) == {
         "drain_c16": 1.25,
@@ -88,17 +103,10 @@ def test_each_ratio_is_held_to_its_value_before_the_scheduling_work() -> None:
 def test_the_section_runs_the_harness_and_reports_a_goal_row_per_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness = tmp_path / "harness"
-    harness.mkdir()
-    script = harness / "run_peers.sh"
-    script.write_text(STAND_IN)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    (harness / "run.json").write_text(json.dumps(RUN))
-    monkeypatch.setenv("BENCH_PEER_HARNESS", str(harness))
+    harness = stand_in(tmp_path, monkeypatch, STAND_IN, **{"run.json": json.dumps(RUN)})
     monkeypatch.setenv("DATABASE_URL", "postgresql://ours/not-the-harness")
     monkeypatch.setenv("BENCH_PEER_JOBS", "300")
     monkeypatch.setenv("BENCH_PEER_ROUNDS", "2")
-    monkeypatch.setenv("BENCH_PEER_WORKDIR", str(tmp_path / "workdir"))
 
     found = section_peers(Knobs.from_environment())
 
@@ -127,13 +135,7 @@ def test_without_the_harness_the_section_is_skipped_with_its_reason(
 def test_a_failing_harness_is_reported_with_its_output_and_no_goal_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness = tmp_path / "harness"
-    harness.mkdir()
-    script = harness / "run_peers.sh"
-    script.write_text("#!/bin/sh\necho 'initdb: could not start' >&2\nexit 3\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("BENCH_PEER_HARNESS", str(harness))
-    monkeypatch.setenv("BENCH_PEER_WORKDIR", str(tmp_path / "workdir"))
+    stand_in(tmp_path, monkeypatch, "#!/bin/sh\necho 'initdb: could not start' >&2\nexit 3\n")
     found = section_peers(Knobs.from_environment())
     assert "initdb: could not start" in found["failed"]
     assert goals({"peers": found}) == []

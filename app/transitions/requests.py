@@ -411,9 +411,10 @@ def _one_job(job_id: uuid.UUID, new: NewJob) -> dict[str, Any]:
 
 def _jobs_as_arrays(ids: Sequence[uuid.UUID], batch: Sequence[NewJob]) -> dict[str, Any]:
     """A batch's fields as the arrays of a creation statement's ``batch`` shape, one
-    array per field in batch order. An optional field no job of the batch has is sent
-    as ONE NULL, not an array of them: ``unnest`` pads a NULL array's column with NULLs,
-    and the driver encodes no element (bulk creation carries none of them)."""
+    array per field in batch order, the inputs as one JSON array of them. An optional
+    field no job of the batch has is sent as ONE NULL, not an array of them: ``unnest``
+    pads a NULL array's column with NULLs, and the driver encodes no element (bulk
+    creation carries none of them)."""
     # Every field's values in batch order, in one transposition of the tuples.
     values = zip(*batch, strict=True)
     column: dict[str, tuple[Any, ...]] = dict(zip(NewJob._fields, values, strict=True))

@@ -64,7 +64,13 @@ async def status_of(
         waiting: Any = answer.json()["waiting_for"]
         return waiting is not None and waiting["reason"] == reason
 
-    return await eventually(read, says, f"waiting_for {reason}")
+    try:
+        return await eventually(read, says, f"waiting_for {reason}")
+    except AssertionError:
+        body = (await read()).json()
+        raise AssertionError(
+            f"waiting_for never said {reason}: {body.get('state')}, {body.get('waiting_for')}"
+        ) from None
 
 
 async def test_a_job_whose_key_is_at_its_limit_waits_for_a_slot(

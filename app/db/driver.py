@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
-from atlas_jobs._app.db.engine import READ_ONLY_SQLSTATE
+from atlas_jobs._app.db.outages import connection_gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,5 +132,4 @@ def disconnect(exc: asyncpg.PostgresError) -> bool:
     (:func:`~atlas_jobs._app.db.engine.create_engine`): a connection exception (class
     08), the server shutting down or not yet up (57P01-57P03), or a server that no
     longer takes writes (25006: demoted to a standby)."""
-    sqlstate = str(getattr(exc, "sqlstate", "") or "")
-    return sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03", READ_ONLY_SQLSTATE}
+    return connection_gone(str(getattr(exc, "sqlstate", "") or ""))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # 08 connection exception; 57P01 admin_shutdown, 57P02 crash_shutdown,
-# 57P03 cannot_connect_now (starting up, in recovery); 53300 too_many_connections;
-# 25006 read_only_sql_transaction (the node was demoted to a standby, or is read-only
-# during a failover: the engine drops that connection and the retry finds the primary).
-_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "25006"})
+# 57P03 cannot_connect_now (starting up, in recovery); 25006 read_only_sql_transaction
+# (the node was demoted to a standby, or is read-only during a failover: the connection
+# is dropped and the retry finds the primary) -- all of them also mean the connection
+# is no use any more -- and 53300 too_many_connections (refused at connect).
+_CONNECTION_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25006"})
+_UNAVAILABLE_SQLSTATES = _CONNECTION_GONE_SQLSTATES | {"53300"}
 # asyncpg's own classes for "no usable server": none of the hosts of a multi-host URL
 # matches target_session_attrs (every one is a standby, or read-only, mid-failover).
 _UNAVAILABLE_CLASSES = frozenset(
@@ -33,11 +35,18 @@ def database_unavailable(exc: BaseException) -> bool:
         if isinstance(cause, ConnectionError | TimeoutError):
             return True
         sqlstate = str(getattr(cause, "sqlstate", None) or getattr(original, "pgcode", "") or "")
-        if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
-            return True
-        return type(cause).__name__ in _UNAVAILABLE_CLASSES
+        return _unavailable(sqlstate) or type(cause).__name__ in _UNAVAILABLE_CLASSES
     # The driver's own error, from a statement sent past SQLAlchemy (atlas_jobs._app.db.driver).
     sqlstate = str(getattr(exc, "sqlstate", None) or "")
-    if sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
-        return True
-    return type(exc).__name__ in _UNAVAILABLE_CLASSES
+    return _unavailable(sqlstate) or type(exc).__name__ in _UNAVAILABLE_CLASSES
+
+
+def connection_gone(sqlstate: str) -> bool:
+    """Whether a server's answer with ``sqlstate`` means its connection is no use any
+    more: a connection exception (class 08), the server shutting down or not yet up, or
+    a server that no longer takes writes."""
+    return sqlstate.startswith("08") or sqlstate in _CONNECTION_GONE_SQLSTATES
+
+
+def _unavailable(sqlstate: str) -> bool:
+    return connection_gone(sqlstate) or sqlstate in _UNAVAILABLE_SQLSTATES

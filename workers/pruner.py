@@ -5,12 +5,12 @@ retention (``ATLAS_RESULT_TTL_SECONDS``) plus ``ATLAS_FINISHED_JOB_RETENTION_SEC
 after it finished, and never while its result is still downloadable; then it goes with
 its history, attempts, stages, checkpoints and idempotency keys
 (:data:`atlas_jobs._app.db.queries.PRUNE_FINISHED`, then
-:data:`~atlas_jobs._app.db.queries.PRUNE_HISTORY` in the same transaction: the history has no
-foreign key to cascade along). Unfinished jobs are never touched. Each batch deletes at most
-``batch_size`` jobs (``ATLAS_PRUNE_BATCH_SIZE``) and commits on its own, so a pass holds few locks
-for a short time and the table stays bounded under any churn. The sweeper runs it after its own
-passes, in every worker process; the batches skip rows another pruner (or a late cancel, or a
-replay) holds.
+:data:`~atlas_jobs._app.db.queries.PRUNE_RECORDS` in the same transaction: the history and
+the attempts have no foreign key to cascade along). Unfinished jobs are never touched. Each
+batch deletes at most ``batch_size`` jobs (``ATLAS_PRUNE_BATCH_SIZE``) and commits on its own,
+so a pass holds few locks for a short time and the table stays bounded under any churn. The
+sweeper runs it after its own passes, in every worker process; the batches skip rows another
+pruner (or a late cancel, or a replay) holds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from atlas_jobs._app.clock import Clock
-from atlas_jobs._app.db.queries import PRUNE_FINISHED, PRUNE_HISTORY
+from atlas_jobs._app.db.queries import PRUNE_FINISHED, PRUNE_RECORDS
 from atlas_jobs._app.logs import get_logger
 
 log = get_logger("atlas.worker.pruner")
@@ -62,7 +62,7 @@ class Pruner:
             result = await conn.execute(PRUNE_FINISHED, {**params, **self.clock.bind()})
             ids = list(result.scalars())
             if ids:
-                await conn.execute(PRUNE_HISTORY, {"job_ids": ids})
+                await conn.execute(PRUNE_RECORDS, {"job_ids": ids})
             deleted = len(ids)
         self.total += deleted  # committed: counted even if a later batch is cancelled
         return deleted

@@ -629,10 +629,10 @@ SELECT id, owner
 """)
 
 # prune_finished: finished jobs past their retention, deleted in a bounded batch with
-# everything that belongs to them: attempts, stages, checkpoints, idempotency keys go by
-# ON DELETE CASCADE; the history has no foreign key (revision f1a2b3c4d5e6) and goes by
-# PRUNE_HISTORY, run next in the same transaction, so a job's history lives exactly as
-# long as the job.
+# everything that belongs to them: stages, checkpoints, idempotency keys go by ON DELETE
+# CASCADE; the history and the attempts have no foreign key (revisions f1a2b3c4d5e6,
+# 5e8b2d4f6a17) and go by PRUNE_RECORDS, run next in the same transaction, so a job's
+# history and attempts live exactly as long as the job.
 #
 # * finished_at IS NOT NULL is the terminal states (CHECK terminal_iff_finished), and
 #   with delivery_state <> 'available' the predicate of ix_jobs_prunable: the walk
@@ -679,14 +679,19 @@ WITH doomed AS (
 SELECT id FROM gone
 """)
 
-# prune_history: the history of the jobs PRUNE_FINISHED just deleted (their ids), in its
-# transaction. A statement of its own, not a CTE of PRUNE_FINISHED: a history row is
-# written only under its job's row lock (a move's UPDATE, a late cancel's or late
-# decision's FOR UPDATE), and one committed after PRUNE_FINISHED's snapshot but before
-# its lock would be invisible to a CTE of that statement (an orphan forever). This
-# statement's snapshot is taken with the jobs already deleted and locked: every history
-# row of theirs is committed and seen, and none can come after (the writer finds no job).
-PRUNE_HISTORY = text("""
+# prune_records: the history and the attempts of the jobs PRUNE_FINISHED just deleted
+# (their ids), in its transaction. A statement of its own, not CTEs of PRUNE_FINISHED: a
+# history row is written only under its job's row lock (a move's UPDATE, a late cancel's
+# or late decision's FOR UPDATE), an attempt only by the claim's UPDATE of its job, and
+# one committed after PRUNE_FINISHED's snapshot but before its lock would be invisible to
+# a CTE of that statement (an orphan forever). This statement's snapshot is taken with
+# the jobs already deleted and locked: every row of theirs is committed and seen, and
+# none can come after (the writer finds no job). Both deletes walk a primary key or a
+# unique key that leads with job_id.
+PRUNE_RECORDS = text("""
+WITH unattempted AS (
+    DELETE FROM attempts WHERE job_id = ANY(CAST(:job_ids AS uuid[]))
+)
 DELETE FROM job_history WHERE job_id = ANY(CAST(:job_ids AS uuid[]))
 """)
 

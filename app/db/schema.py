@@ -335,7 +335,12 @@ attempts = Table(
     "attempts",
     metadata,
     Column("id", UUID(as_uuid=True), nullable=False),
-    Column("job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    # No foreign key (revision 5e8b2d4f6a17): every row is written by the claim, from the
+    # rows its own UPDATE moved (the job exists, its row locked until the claim commits),
+    # and the pruner deletes it with its job (atlas_jobs._app.db.queries.PRUNE_RECORDS);
+    # the key's check per row (a KEY SHARE lock of the row the claim had just written)
+    # proved nothing more.
+    Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("number", Integer, nullable=False),
     Column("worker_id", Text, nullable=False),
     Column("claimed_at", TZ, nullable=False, server_default=NOW),
@@ -373,7 +378,7 @@ job_history = Table(
     Column("seq", BigInteger, Identity(always=True), nullable=False),
     # No foreign key (revision f1a2b3c4d5e6): every row is written by the statement that
     # changes or holds its job, and the pruner deletes it with its job
-    # (atlas_jobs._app.db.queries.PRUNE_HISTORY); a key's check per row proved nothing more.
+    # (atlas_jobs._app.db.queries.PRUNE_RECORDS); a key's check per row proved nothing more.
     Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("at", TZ, nullable=False, server_default=NOW),
     Column("transition", Text, nullable=False),

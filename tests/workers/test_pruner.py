@@ -76,10 +76,16 @@ async def test_prunes_exactly_the_finished_jobs_past_retention(
     kept = [old_available.id, original.id, replay.job.id, recent.id]
     kept += [j.id for j in unfinished]
     before = {job_id: await _owned_rows(engine, job_id) for job_id in kept}
+    gone = [old_failed.id, old_canceled.id, old_expired.id]
+    owned = [await _owned_rows(engine, job_id) for job_id in gone]
+    assert [(history > 0, attempts > 0) for history, attempts, _ in owned] == [
+        (True, True),
+        (True, False),  # canceled while queued: never claimed
+        (True, True),
+    ], owned
 
     report = await Pruner(engine, clock, keep_seconds=KEEP).run_once()
 
-    gone = [old_failed.id, old_canceled.id, old_expired.id]
     assert (report.pruned, report.batches) == (3, 1)
     assert await _present(engine, gone) == set()
     for job_id in gone:  # history and attempts go with the job

@@ -686,13 +686,33 @@ SELECT id FROM gone
 # one committed after PRUNE_FINISHED's snapshot but before its lock would be invisible to
 # a CTE of that statement (an orphan forever). This statement's snapshot is taken with
 # the jobs already deleted and locked: every row of theirs is committed and seen, and
-# none can come after (the writer finds no job). Both deletes walk a primary key or a
-# unique key that leads with job_id.
+# none can come after (the writer finds no job). Each id is a probe of a key that leads
+# with job_id (pk_job_history, uq_attempts_job_id_number), kept one by LATERAL ...
+# OFFSET 0, and the rows found are deleted by their addresses, as PRUNE_FINISHED deletes
+# job_tags. With ``job_id = ANY(:job_ids)`` instead, a worker session's generic plan,
+# made when the statistics counted few jobs per history, scanned the whole history and
+# tested every row against every id (470 ms a batch at 125,000 rows; the pruner fell
+# behind the work it had to delete). Neither table's rows change once their job is
+# finished: an address read here is the row deleted.
 PRUNE_RECORDS = text("""
-WITH unattempted AS (
-    DELETE FROM attempts WHERE job_id = ANY(CAST(:job_ids AS uuid[]))
+WITH doomed AS (
+    SELECT unnest(CAST(:job_ids AS uuid[])) AS id
+), unattempted AS (
+    DELETE FROM attempts
+     WHERE ctid = ANY(ARRAY(
+               SELECT a.ctid
+                 FROM doomed
+                      CROSS JOIN LATERAL (
+                          SELECT ctid FROM attempts WHERE job_id = doomed.id OFFSET 0
+                      ) AS a))
 )
-DELETE FROM job_history WHERE job_id = ANY(CAST(:job_ids AS uuid[]))
+DELETE FROM job_history
+ WHERE ctid = ANY(ARRAY(
+           SELECT h.ctid
+             FROM doomed
+                  CROSS JOIN LATERAL (
+                      SELECT ctid FROM job_history WHERE job_id = doomed.id OFFSET 0
+                  ) AS h))
 """)
 
 # expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the

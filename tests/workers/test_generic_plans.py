@@ -35,6 +35,7 @@ from atlas_jobs._app.db.queries import (
     EXPIRED_RESULTS,
     EXPIRED_WAITS,
     PRUNE_FINISHED,
+    PRUNE_RECORDS,
 )
 from atlas_jobs._app.db.render_sql import executed
 from atlas_jobs._app.kinds import handler_key
@@ -54,6 +55,7 @@ ARGUMENTS: dict[str, str] = {
     "actor": "'worker:w-generic'",
     "keep_seconds": "0.0",
     "owner": "NULL",
+    "job_ids": "'{}'",
 }
 # Waiting jobs (review), deadlines ahead: with none at all, EXPIRED_WAITS' two partial
 # indexes over waiting rows are both empty and the planner's choice between the bounded
@@ -173,3 +175,53 @@ async def test_a_batched_move_finds_its_jobs_by_primary_key_only(
             if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"
         }
         assert scans == {("Index Scan", "pk_jobs")}, scans
+
+
+# A pruned batch's history and attempts beside many more of other jobs, with statistics
+# that count far fewer jobs than there are (as ANALYZE's sample did in a churn: ~530 for
+# 125,000 history rows). With ``job_id = ANY(:job_ids)`` the generic plan then chose a
+# sequential scan of job_history that tested each row against every id (470 ms a batch).
+BULK_RECORDS = text("""
+WITH made AS (
+    SELECT gen_random_uuid() AS job_id FROM generate_series(1, :n)
+), history AS (
+    INSERT INTO job_history (job_id, transition, from_state, to_state, reason, actor)
+    SELECT m.job_id, 'claim', 'queued', 'running', 'claimed', 'worker:bulk'
+      FROM made AS m CROSS JOIN generate_series(1, 4)
+)
+INSERT INTO attempts (id, job_id, number, worker_id, lease_expires_at)
+SELECT gen_random_uuid(), m.job_id, 1, 'w-bulk', now() FROM made AS m
+""")
+FEW_JOBS = ("job_history", "attempts")
+
+
+async def test_the_pruners_records_are_found_by_their_jobs_keys(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(BULK_RECORDS, {"n": 40_000})
+        for table in FEW_JOBS:
+            await conn.execute(
+                text(f"ALTER TABLE {table} ALTER COLUMN job_id SET (n_distinct = 500)")
+            )
+            await conn.execute(text(f"ANALYZE {table}"))
+    try:
+        plan = await _generic_plan(database_url, PRUNE_RECORDS)
+    finally:
+        async with engine.begin() as conn:
+            for table in FEW_JOBS:
+                await conn.execute(
+                    text(f"ALTER TABLE {table} ALTER COLUMN job_id RESET (n_distinct)")
+                )
+                await conn.execute(text(f"ANALYZE {table}"))
+    scans = {
+        (n["Relation Name"], n["Node Type"], n.get("Index Name"))
+        for n in _nodes(plan)
+        if n.get("Relation Name") in FEW_JOBS and n["Node Type"] != "ModifyTable"
+    }
+    assert scans == {
+        ("job_history", "Index Scan", "pk_job_history"),
+        ("job_history", "Tid Scan", None),
+        ("attempts", "Index Scan", "uq_attempts_job_id_number"),
+        ("attempts", "Tid Scan", None),
+    }, scans

@@ -679,6 +679,18 @@ WITH doomed AS (
 SELECT id FROM gone
 """)
 
+
+def _delete_of_pruned(table: str) -> str:
+    """``DELETE`` of ``table``'s rows of the jobs in ``doomed``: one key probe per job."""
+    return f"""DELETE FROM {table}
+     WHERE ctid = ANY(ARRAY(
+               SELECT r.ctid
+                 FROM doomed
+                      CROSS JOIN LATERAL (
+                          SELECT ctid FROM {table} WHERE job_id = doomed.id OFFSET 0
+                      ) AS r))"""
+
+
 # prune_records: the history and the attempts of the jobs PRUNE_FINISHED just deleted
 # (their ids), in its transaction. A statement of its own, not CTEs of PRUNE_FINISHED: a
 # history row is written only under its job's row lock (a move's UPDATE, a late cancel's
@@ -694,25 +706,13 @@ SELECT id FROM gone
 # tested every row against every id (470 ms a batch at 125,000 rows; the pruner fell
 # behind the work it had to delete). Neither table's rows change once their job is
 # finished: an address read here is the row deleted.
-PRUNE_RECORDS = text("""
+PRUNE_RECORDS = text(f"""
 WITH doomed AS (
     SELECT unnest(CAST(:job_ids AS uuid[])) AS id
 ), unattempted AS (
-    DELETE FROM attempts
-     WHERE ctid = ANY(ARRAY(
-               SELECT a.ctid
-                 FROM doomed
-                      CROSS JOIN LATERAL (
-                          SELECT ctid FROM attempts WHERE job_id = doomed.id OFFSET 0
-                      ) AS a))
+    {_delete_of_pruned("attempts")}
 )
-DELETE FROM job_history
- WHERE ctid = ANY(ARRAY(
-           SELECT h.ctid
-             FROM doomed
-                  CROSS JOIN LATERAL (
-                      SELECT ctid FROM job_history WHERE job_id = doomed.id OFFSET 0
-                  ) AS h))
+{_delete_of_pruned("job_history")}
 """)
 
 # expired_waits: waiting jobs whose deadline passed, locked in a bounded batch for the
